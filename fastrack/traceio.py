@@ -1,0 +1,220 @@
+"""Reading and writing Parquet traces of the Fastrack schema.
+
+Writers go through :func:`write_trace`, which validates the table against the contract and
+writes atomically (temporary file in the same folder, then rename), so a failed run never
+leaves a half-written trace behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fastrack import __version__
+from fastrack.atomic import atomic_path
+from fastrack.errors import SchemaError, TraceFormatError
+from fastrack.schema import (
+    ARROW_SCHEMA,
+    COLUMNS,
+    METADATA_KEY,
+    OP_KIND_BY_LABEL,
+    SCHEMA_VERSION,
+    DepKind,
+    clean_metadata,
+    encode_metadata,
+)
+
+# Defaults used by make_table for columns a writer does not provide.
+_DEFAULTS: dict[str, Any] = {
+    "rank": 0,
+    "device": -1,
+    "thread": -1,
+    "stream": -1,
+    "bytes": 0,
+    "copy_dir": None,
+    "host_mem": None,
+    "coll_type": None,
+    "coll_bytes": 0,
+    "coll_group": None,
+    "coll_seq": -1,
+    "correlation": -1,
+    "step": -1,
+}
+_REQUIRED = ("op_id", "kind", "name", "start_ns", "dur_ns")
+
+
+@dataclass
+class Trace:
+    """A trace in memory: the Arrow table (schema v1) and its whitelisted metadata."""
+
+    table: pa.Table
+    metadata: dict[str, Any] = field(default_factory=dict)
+    path: str | None = None
+
+    @property
+    def num_ops(self) -> int:
+        return self.table.num_rows
+
+    def column(self, name: str) -> np.ndarray:
+        """A column as numpy (dictionary columns decoded to an object array of str/None)."""
+        col = self.table.column(name)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        return col.to_numpy(zero_copy_only=False)
+
+
+def make_table(columns: Mapping[str, Any]) -> pa.Table:
+    """Build a schema-v1 table from column arrays (lists or numpy), filling defaults.
+
+    ``deps`` and ``dep_kinds`` may be given as lists of lists, or both omitted (no deps).
+    """
+    missing = [c for c in _REQUIRED if c not in columns]
+    if missing:
+        raise SchemaError(f"cannot build a trace without column(s) {', '.join(missing)}")
+    unknown = sorted(set(columns) - set(COLUMNS))
+    if unknown:
+        raise SchemaError(f"unknown column(s) {', '.join(unknown)}")
+    n = len(columns["op_id"])
+    arrays = []
+    for name, (typ, _nullable, _doc) in COLUMNS.items():
+        if name in columns:
+            values = columns[name]
+        elif name in ("deps", "dep_kinds"):
+            values = [[] for _ in range(n)]
+        else:
+            values = [_DEFAULTS[name]] * n
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            arr = values.cast(typ) if values.type != typ else values
+        elif pa.types.is_dictionary(typ):
+            arr = pa.array(list(values) if isinstance(values, np.ndarray) else values, pa.string())
+            arr = arr.dictionary_encode()
+            if arr.type != typ:
+                arr = arr.cast(typ)
+        else:
+            arr = pa.array(values, typ)
+        if len(arr) != n:
+            raise SchemaError(f"column '{name}' has {len(arr)} values, expected {n}")
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def validate_table(table: pa.Table, path: str | None = None) -> None:
+    """Check a table against the contract: columns, types, values. Raises SchemaError."""
+    names = table.schema.names
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise SchemaError(
+            f"not a Fastrack trace (schema v{SCHEMA_VERSION}): missing column(s) {', '.join(missing)}",
+            path=path,
+        )
+    for name, (typ, nullable, _doc) in COLUMNS.items():
+        got = table.schema.field(name).type
+        if got != typ and not (pa.types.is_dictionary(typ) and got in (pa.string(), pa.large_string())):
+            raise SchemaError(f"column '{name}' has type {got}, expected {typ}", path=path)
+        if not nullable and table.column(name).null_count:
+            raise SchemaError(f"column '{name}' has {table.column(name).null_count} null value(s)", path=path)
+    if table.num_rows == 0:
+        raise SchemaError("empty trace: no operations", path=path)
+    dur = table.column("dur_ns").to_numpy()
+    bad = np.flatnonzero(dur < 0)
+    if bad.size:
+        op = int(table.column("op_id")[int(bad[0])].as_py())
+        raise SchemaError(f"field 'dur_ns' of op {op} is negative ({int(dur[bad[0]])}); {bad.size} op(s) affected", path=path)
+    ids = table.column("op_id").to_numpy()
+    if np.unique(ids).size != ids.size:
+        u, c = np.unique(ids, return_counts=True)
+        raise SchemaError(f"field 'op_id' is not unique: op {int(u[c > 1][0])} appears {int(c[c > 1][0])} times", path=path)
+    unknown = sorted(str(k) for k in set(pc_unique(table.column("kind"))) - set(OP_KIND_BY_LABEL))
+    if unknown:
+        raise SchemaError(f"field 'kind' has unknown value(s) {', '.join(unknown)}", path=path)
+    dk = table.column("dep_kinds").combine_chunks()
+    dk_values = dk.values.to_numpy() if len(dk) else np.zeros(0, np.uint8)
+    if dk_values.size and int(dk_values.max()) > max(DepKind):
+        raise SchemaError(f"field 'dep_kinds' has unknown code {int(dk_values.max())}", path=path)
+    d = table.column("deps").combine_chunks()
+    if len(d) and not np.array_equal(d.offsets.to_numpy(), dk.offsets.to_numpy()):
+        raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
+
+
+def pc_unique(col: pa.ChunkedArray) -> list:
+    import pyarrow.compute as pc
+
+    u = pc.unique(col)
+    if pa.types.is_dictionary(u.type):
+        u = u.cast(u.type.value_type)
+    return u.to_pylist()
+
+
+def write_trace(path: str | os.PathLike, table: pa.Table, metadata: Mapping[str, Any]) -> Path:
+    """Validate and write a trace atomically. Returns the final path."""
+    path = Path(path)
+    validate_table(table, str(path))
+    meta = dict(metadata)
+    meta.setdefault("created_by", f"fastrack {__version__}")
+    if "ranks" not in meta:
+        meta["ranks"] = sorted(int(r) for r in pc_unique(table.column("rank")))
+    table = table.replace_schema_metadata(encode_metadata(meta))
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
+    return path
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """Only the file-level metadata of a trace (cheap: reads the footer)."""
+    path = str(path)
+    schema = _read_schema(path)
+    return _decode_metadata(schema, path)
+
+
+def _read_schema(path: str) -> pa.Schema:
+    if not os.path.exists(path):
+        raise TraceFormatError("no such file", path=path)
+    try:
+        return pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceFormatError(f"not a Parquet file ({str(exc).splitlines()[0]})", path=path) from None
+
+
+def _decode_metadata(schema: pa.Schema, path: str) -> dict[str, Any]:
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise SchemaError("not a Fastrack trace: Parquet metadata key 'fastrack' is missing", path=path)
+    try:
+        meta = json.loads(raw)
+    except ValueError:
+        raise SchemaError("metadata key 'fastrack' is not valid JSON", path=path) from None
+    version = meta.get("schema_version")
+    if not isinstance(version, int):
+        raise SchemaError(f"metadata field 'schema_version' is {version!r}, expected an integer", path=path)
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"trace schema version {version} is newer than this tool supports ({SCHEMA_VERSION}); upgrade fastrack",
+            path=path,
+        )
+    if version < 1:
+        raise SchemaError(f"metadata field 'schema_version' is {version}, expected 1", path=path)
+    return clean_metadata(meta)
+
+
+def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> Trace:
+    """Read and validate a trace. ``columns`` restricts the columns read (validation then
+    only covers those)."""
+    path = str(path)
+    schema = _read_schema(path)
+    meta = _decode_metadata(schema, path)
+    try:
+        table = pq.read_table(path, columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceFormatError(f"unreadable Parquet data ({str(exc).splitlines()[0]})", path=path) from None
+    if columns is None:
+        validate_table(table, path)
+    elif table.num_rows == 0:
+        raise SchemaError("empty trace: no operations", path=path)
+    return Trace(table=table.replace_schema_metadata(None), metadata=meta, path=path)

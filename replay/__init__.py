@@ -1,0 +1,1 @@
+"""Replay of Fastrack traces through a hardware model, after a protocol transform."""

@@ -1,0 +1,76 @@
+"""``replay``: replay a trace under a protocol and a hardware model, and report.
+
+``replay [OPTIONS] TRACE`` is short for ``replay run [OPTIONS] TRACE``; other sub-commands
+(compare, sweep, ...) live in their own modules and are loaded on demand.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from fastrack import __version__
+from fastrack.cli_support import LazyGroup, reports_errors
+from replay.report import format_summary
+
+COMMANDS = {
+    "compare": "replay.compare:command",
+}
+
+
+class DefaultRunGroup(LazyGroup):
+    """Treats ``replay [OPTIONS] TRACE`` as ``replay run [OPTIONS] TRACE``."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.list_commands(ctx) and args[0] not in ("-h", "--help", "--version"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultRunGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="replay")
+def main() -> None:
+    """Replay Fastrack traces through a hardware model under a protocol.
+
+    \b
+    replay --protocol captured TRACE     fidelity check: measured durations
+    replay --protocol fastrack TRACE     H100 TEE model, Fastrack protocol
+    replay compare TRACE --protocols none,baseline,fastrack
+    """
+
+
+def model_options(func):
+    func = click.option("--model", default="h100", show_default=True, help="Hardware model plug-in name.")(func)
+    func = click.option("--preset", default=None, help="Preset name or TOML file (default: the model's default).")(func)
+    func = click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+                        help="Override one model parameter (repeatable).")(func)
+    return func
+
+
+@main.command("run")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--protocol", default="captured", show_default=True,
+              help="captured (measured durations), or a protocol plug-in: none, baseline, fastrack, ...")
+@model_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
+@click.option("--timeline", type=click.Path(dir_okay=False), help="Write a Perfetto/chrome://tracing JSON timeline.")
+@reports_errors
+def run_command(trace, protocol, model, preset, overrides, as_json, timeline):
+    """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
+    from replay.run import replay_trace
+    from replay.timeline import write_timeline
+
+    rep = replay_trace(trace, protocol=protocol, model=model, preset=preset, overrides=overrides)
+    if timeline:
+        write_timeline(timeline, rep.graph, rep.schedule, protocol)
+    out = rep.result.to_dict()
+    out["trace"] = str(trace)
+    if as_json:
+        click.echo(json.dumps(out, sort_keys=True))
+    else:
+        click.echo(format_summary(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""One replay, as a library call: trace -> graph -> protocol transform -> model -> engine -> result.
+
+This is the single entry point the CLI, sweeps and tests use, so every front end computes the
+same numbers the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from fastrack.traceio import Trace, read_trace
+from replay.build import build_graph
+from replay.engine import Schedule, schedule
+from replay.graph import OpGraph
+from replay.results import ReplayResult, summarize
+
+CAPTURED = "captured"
+
+
+@dataclass
+class Replay:
+    """Everything one replay produced (the graph and schedule too, for timelines)."""
+
+    result: ReplayResult
+    graph: OpGraph
+    schedule: Schedule
+
+
+def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = "h100", preset: str | None = None,
+                 overrides: Sequence[str] = (), trace_ops: int | None = None) -> Replay:
+    """Replay an already built graph (lets sweeps build a trace's graph once)."""
+    model_info = None
+    if protocol != CAPTURED:
+        from replay.plugins import load_model, load_protocol
+
+        hw = load_model(model).from_preset(preset, overrides)
+        transform = load_protocol(protocol)
+        graph = transform(graph, hw)
+        model_info = {"model": model, "preset": hw.preset_name, "params": hw.params, "digest": hw.digest}
+    sched = schedule(graph)
+    result = summarize(graph, sched, protocol, trace_ops if trace_ops is not None else graph.n)
+    result.model = model_info
+    if protocol == CAPTURED:
+        result.notes.append("captured: every op keeps its measured duration; no hardware model applied")
+    return Replay(result=result, graph=graph, schedule=sched)
+
+
+def load_graph(trace: str | os.PathLike | Trace) -> tuple[OpGraph, Trace]:
+    if not isinstance(trace, Trace):
+        trace = read_trace(trace)
+    return build_graph(trace), trace
+
+
+def replay_trace(trace: str | os.PathLike | Trace, protocol: str = CAPTURED, model: str = "h100",
+                 preset: str | None = None, overrides: Sequence[str] = ()) -> Replay:
+    graph, tr = load_graph(trace)
+    return replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops)

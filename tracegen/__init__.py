@@ -1,0 +1,1 @@
+"""Trace generation: import (convert), capture and synthesize Fastrack Parquet traces."""

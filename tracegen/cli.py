@@ -1,0 +1,25 @@
+"""``tracegen``: make Fastrack Parquet traces (convert, capture, synth) and inspect them (info)."""
+
+from __future__ import annotations
+
+import click
+
+from fastrack import __version__
+from fastrack.cli_support import LazyGroup
+
+COMMANDS = {
+    "convert": "tracegen.convert:command",
+    "capture": "tracegen.capture:command",
+    "synth": "tracegen.synth:command",
+    "info": "tracegen.info:command",
+}
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tracegen")
+def main() -> None:
+    """Make Fastrack traces (Parquet, schema v1) and inspect them."""
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Trace importers: each turns one foreign format into a schema-v1 table."""
