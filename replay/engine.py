@@ -17,8 +17,8 @@ choice. A multi-server lane gives each node the server that frees first (lowest 
 Barrier groups (one collective on all its ranks) are visited together and start together, at
 the latest of their members' individual start times.
 
-If a node has an explicit edge from the node just before it on its (single-server) lane, that
-edge, with its lag, replaces the lane constraint: this lets a STREAM edge with a negative lag
+If a node has an explicit STREAM edge from the node just before it on its (single-server) lane,
+that edge, with its lag, replaces the lane constraint: this lets a STREAM edge with a negative lag
 reproduce the measured overlap of consecutive kernels.
 
 The loops are compiled with numba (cached on disk); ``FASTRACK_NO_JIT=1`` runs them as plain
@@ -51,6 +51,7 @@ BOUND_GROUP = -3  # by another member of its barrier group
 # values >= 0 are DepKind codes: bound by that edge from ``crit_pred``
 
 _LAUNCH = int(DepKind.LAUNCH)
+_STREAM = int(DepKind.STREAM)
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, key):
 
 @njit(cache=True)
 def _schedule(order, rep, mem_ptr, mem_idx, lane, srv_ptr, dur, release, dep_ptr, dep_src, dep_kind, dep_lag,
-              launch_code):
+              launch_code, stream_code):
     n = order.shape[0]
     start = np.zeros(n, np.int64)
     finish = np.zeros(n, np.int64)
@@ -171,7 +172,7 @@ def _schedule(order, rep, mem_ptr, mem_idx, lane, srv_ptr, dur, release, dep_ptr
                     t = c
                     p = s
                     b = np.int8(dep_kind[e])
-                if ln >= 0 and s == last[ln] and srv_ptr[ln + 1] - srv_ptr[ln] == 1:
+                if dep_kind[e] == stream_code and ln >= 0 and s == last[ln] and srv_ptr[ln + 1] - srv_ptr[ln] == 1:
                     explicit = True
             if ln >= 0:
                 best = srv_ptr[ln]
@@ -291,6 +292,7 @@ def schedule(graph: OpGraph) -> Schedule:
         graph.dep_kind.astype(np.int64),
         graph.dep_lag.astype(np.int64),
         _LAUNCH,
+        _STREAM,
     )
     return Schedule(start=start, finish=finish, crit_pred=pred, bound_by=bound, order=order)
 
