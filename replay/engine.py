@@ -297,4 +297,4 @@ def schedule(graph: OpGraph) -> Schedule:
     return Schedule(start=start, finish=finish, crit_pred=pred, bound_by=bound, order=order)
 
 
-__all__ = ["Schedule", "schedule", "topological_order", "BOUND_GROUP", "BOUND_LANE", "BOUND_RELEASE", "NO_LANE"]
+__all__ = ["njit", "Schedule", "schedule", "topological_order", "BOUND_GROUP", "BOUND_LANE", "BOUND_RELEASE", "NO_LANE"]

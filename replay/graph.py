@@ -207,7 +207,10 @@ class OpGraph:
 
 def edges_by_dependent(dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Stable order of edges grouped by dependent node, and the CSR pointer array."""
-    order = np.argsort(dst, kind="stable")
+    if dst.size and np.all(dst[1:] >= dst[:-1]):
+        order = np.arange(dst.shape[0])
+    else:
+        order = np.argsort(dst, kind="stable")
     counts = np.bincount(dst, minlength=n)
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastrack.schema import DepKind, OpKind
-from replay.engine import BOUND_GROUP, BOUND_LANE, BOUND_RELEASE, Schedule
+from replay.engine import BOUND_GROUP, BOUND_LANE, BOUND_RELEASE, Schedule, njit
 from replay.graph import Category, LaneType, OpGraph
 
 # Category of the time spent on an edge's lag (between the prerequisite and the node).
@@ -83,16 +83,15 @@ def _rel(value: int, ref: int) -> float | None:
 
 
 def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) -> ReplayResult:
-    ranks = sorted(int(r) for r in np.unique(graph.rank))
-    per_rank = []
-    captured = graph.captured_start >= 0
-    cap_end = graph.captured_start + graph.captured_dur
-    for r in ranks:
-        m = graph.rank == r
-        mc = m & captured
-        cap = int(cap_end[mc].max() - graph.captured_start[mc].min()) if np.any(mc) else 0
-        per_rank.append(RankSpan(rank=r, makespan_ns=int(sched.finish[m].max() - min(0, sched.start[m].min())),
-                                 captured_span_ns=cap))
+    rank = graph.rank.astype(np.int64)
+    ur, (s0, s1) = _group_reduce(rank, (sched.start, "min"), (sched.finish, "max"))
+    ranks = [int(r) for r in ur]
+    cap = np.flatnonzero(graph.captured_start >= 0)
+    cr, (c0, c1) = _group_reduce(rank[cap], (graph.captured_start[cap], "min"),
+                                 (graph.captured_start[cap] + graph.captured_dur[cap], "max"))
+    cap_span = dict(zip(cr.tolist(), (c1 - c0).tolist()))
+    per_rank = [RankSpan(rank=int(r), makespan_ns=int(b - min(0, a)), captured_span_ns=int(cap_span.get(int(r), 0)))
+                for r, a, b in zip(ur.tolist(), s0, s1)]
     makespan = max(p.makespan_ns for p in per_rank)
     captured_span = max(p.captured_span_ns for p in per_rank)
     return ReplayResult(
@@ -109,58 +108,87 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
     )
 
 
+def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Unique keys and, per key, the min or max of each column (one sort, no Python loop)."""
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    out = []
+    for values, how in cols:
+        fn = np.minimum if how == "min" else np.maximum
+        out.append(fn.reduceat(values[order], first))
+    return k[first], out
+
+
 def step_spans(graph: OpGraph, sched: Schedule) -> list[dict[str, int]]:
     """Replayed and captured span of every (rank, step) the trace marks."""
-    out = []
-    has = graph.step >= 0
-    if not np.any(has):
-        return out
-    keys = np.unique(np.stack([graph.rank[has], graph.step[has]], axis=1), axis=0)
-    for r, s in keys:
-        m = (graph.rank == r) & (graph.step == s)
-        mc = m & (graph.captured_start >= 0)
-        out.append({
-            "rank": int(r),
-            "step": int(s),
-            "makespan_ns": int(sched.finish[m].max() - sched.start[m].min()),
-            "captured_span_ns": int((graph.captured_start[mc] + graph.captured_dur[mc]).max()
-                                    - graph.captured_start[mc].min()) if np.any(mc) else 0,
-        })
-    return out
+    has = np.flatnonzero(graph.step >= 0)
+    if not has.size:
+        return []
+    keys = (graph.rank[has].astype(np.int64) << 32) | graph.step[has].astype(np.int64)
+    uk, (s0, s1) = _group_reduce(keys, (sched.start[has], "min"), (sched.finish[has], "max"))
+    cap = has[graph.captured_start[has] >= 0]
+    ckeys = (graph.rank[cap].astype(np.int64) << 32) | graph.step[cap].astype(np.int64)
+    cuk, (c0, c1) = _group_reduce(ckeys, (graph.captured_start[cap], "min"),
+                                  (graph.captured_start[cap] + graph.captured_dur[cap], "max"))
+    cap_span = dict(zip(cuk.tolist(), (c1 - c0).tolist()))
+    return [{"rank": int(k >> 32), "step": int(k & 0xFFFFFFFF), "makespan_ns": int(b - a),
+             "captured_span_ns": int(cap_span.get(int(k), 0))} for k, a, b in zip(uk.tolist(), s0, s1)]
+
+
+@njit(cache=True)
+def _walk_critical_path(start, finish, pred, bound, category, edge_cat, ncat, launch_code, host_cat, group_code,
+                        lane_code):
+    totals = np.zeros(ncat, np.int64)
+    n = start.shape[0]
+    i = 0
+    for j in range(n):
+        if finish[j] > finish[i]:
+            i = j
+    t = finish[i]
+    origin = min(0, start.min())
+    steps = 0
+    while i >= 0 and steps <= n:
+        steps += 1
+        s = start[i]
+        own = min(finish[i], t) - s
+        if own > 0:
+            totals[category[i]] += own
+        if s < t:
+            t = s
+        p = pred[i]
+        b = bound[i]
+        if p < 0:
+            break
+        if b == launch_code:
+            anchor = start[p]
+        elif b == group_code:
+            anchor = s
+        else:
+            anchor = finish[p]
+        if anchor < t:
+            if b == lane_code or b < 0:
+                cat = host_cat
+            else:
+                cat = edge_cat[b]
+            totals[cat] += t - anchor
+            t = anchor
+        i = p
+    if t > origin:
+        totals[host_cat] += t - origin
+    return totals
+
+
+_EDGE_CAT = np.array([int(EDGE_CATEGORY[DepKind(k)]) for k in range(len(DepKind))], np.int64)
 
 
 def critical_path(graph: OpGraph, sched: Schedule) -> dict[str, int]:
     """Nanoseconds of the critical path per category; the values add up to the makespan."""
-    totals = np.zeros(len(Category), np.int64)
     if graph.n == 0:
         return {c.label: 0 for c in Category}
-    i = int(np.argmax(sched.finish))
-    t = int(sched.finish[i])
-    origin = min(0, int(sched.start.min()))
-    steps = 0
-    while i >= 0 and steps <= graph.n:
-        steps += 1
-        s = int(sched.start[i])
-        own = max(0, min(int(sched.finish[i]), t) - s)
-        totals[int(graph.category[i])] += own
-        t = min(t, s)
-        p = int(sched.crit_pred[i])
-        b = int(sched.bound_by[i])
-        if p < 0:
-            break
-        if b == int(DepKind.LAUNCH):
-            anchor = int(sched.start[p])
-        elif b == BOUND_GROUP:
-            anchor = s  # the other member started at the same time; continue on its path
-        else:
-            anchor = int(sched.finish[p])
-        if anchor < t:
-            cat = Category.HOST if b == BOUND_LANE else EDGE_CATEGORY.get(DepKind(b), Category.HOST) if b >= 0 \
-                else Category.HOST
-            totals[int(cat)] += t - anchor
-            t = anchor
-        i = p
-    totals[int(Category.HOST)] += max(0, t - origin)
+    totals = _walk_critical_path(sched.start, sched.finish, sched.crit_pred, sched.bound_by.astype(np.int64),
+                                 graph.category.astype(np.int64), _EDGE_CAT, len(Category), int(DepKind.LAUNCH),
+                                 int(Category.HOST), BOUND_GROUP, BOUND_LANE)
     return {c.label: int(totals[int(c)]) for c in Category}
 
 

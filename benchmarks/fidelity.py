@@ -1,0 +1,57 @@
+"""Fidelity of `replay --protocol captured` on real traces: replayed vs captured span.
+
+Usage: python benchmarks/fidelity.py [TRACE_OR_DIR ...]   (default: ../shared/traces/real)
+
+Converts each trace (a file, or a directory of rank files) with `tracegen convert`, replays it
+with measured durations, and prints per rank and per ProfilerStep the replayed makespan, the
+captured span and the relative error. Prints a Markdown table (pasted into docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = ROOT.parent / "shared" / "traces" / "real"
+
+
+def inputs(args: list[str]) -> list[Path]:
+    if args:
+        return [Path(a) for a in args]
+    out = sorted(p for p in DEFAULT.glob("*.json.gz"))
+    out += sorted(p.parent for p in DEFAULT.glob("*/kineto/*.json.gz"))[:1]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in inputs(argv):
+            out = Path(tmp) / (src.name.split(".")[0] + ".parquet")
+            t0 = time.perf_counter()
+            subprocess.run(["tracegen", "convert", str(src), "-o", str(out)], check=True, capture_output=True)
+            t1 = time.perf_counter()
+            r = subprocess.run(["replay", "--protocol", "captured", str(out), "--json"], check=True,
+                               capture_output=True, text=True)
+            d = json.loads(r.stdout)
+            worst_rank = max(abs(x["error_vs_captured"] or 0) for x in d["per_rank"])
+            steps = [s for s in d["steps"] if s["captured_span_ns"] > 0]
+            worst_step = max((abs(s["makespan_ns"] - s["captured_span_ns"]) / s["captured_span_ns"] for s in steps),
+                             default=None)
+            rows.append((src.name, d["ops"], len(d["ranks"]), d["captured_span_ns"], d["makespan_ns"], worst_rank,
+                         len(steps), worst_step, t1 - t0))
+    print("| trace | ops | ranks | captured span (us) | replayed (us) | worst rank error | steps | worst step error | convert s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, ops, nr, cap, rep, wr, ns, ws, ct in rows:
+        print(f"| {name} | {ops:,} | {nr} | {cap / 1e3:,.1f} | {rep / 1e3:,.1f} | {100 * wr:.3f}% | {ns} | "
+              f"{'-' if ws is None else f'{100 * ws:.3f}%'} | {ct:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,107 @@
+"""``replay compare``: one trace under several protocols, side by side.
+
+The trace's graph is built once; every protocol is applied to that same graph under the same
+model and preset, so the differences are the protocols' alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import click
+
+from fastrack.atomic import atomic_path
+from fastrack.cli_support import reports_errors
+from fastrack.errors import ConfigError
+from replay.graph import Category
+from replay.report import fmt_ns
+
+DEFAULT_PROTOCOLS = "none,baseline,fastrack"
+
+
+def compare(trace: str, protocols: Sequence[str], model: str = "h100", preset: str | None = None,
+            overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Replay ``trace`` under each protocol. Returns {'trace', 'rows': [...]} with slowdowns
+    relative to ``none`` (added to the run if missing, as the reference)."""
+    from replay.run import load_graph, replay_graph
+
+    protocols = [p.strip() for p in protocols if p.strip()]
+    if not protocols:
+        raise ConfigError("--protocols is empty: name at least one protocol")
+    graph, tr = load_graph(trace)
+    results = {}
+    for p in dict.fromkeys(["none", *protocols]):
+        results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops).result.to_dict()
+    ref = results["none"]["makespan_ns"]
+    rows = []
+    for p in protocols:
+        r = results[p]
+        rows.append({
+            "protocol": p,
+            "makespan_ns": r["makespan_ns"],
+            "slowdown_vs_none": round(r["makespan_ns"] / ref, 6) if ref else None,
+            "critical_path_ns": r["critical_path_ns"],
+            "nodes": r["nodes"],
+        })
+    first = results[protocols[0]]
+    return {"trace": str(trace), "model": first.get("model"), "preset": first.get("preset"),
+            "params_digest": first.get("params_digest"), "params": first.get("params"), "rows": rows}
+
+
+def format_table(d: dict[str, Any]) -> str:
+    cats = [c.label for c in Category if any(r["critical_path_ns"].get(c.label) for r in d["rows"])]
+    head = f"{'protocol':<18} {'makespan':>14} {'vs none':>9}  " + "  ".join(f"{c:>12}" for c in cats)
+    lines = [f"trace {d['trace']}   model {d.get('model')}  preset {d.get('preset')}  "
+             f"params {str(d.get('params_digest') or '')[:12]}", head, "-" * len(head)]
+    for r in d["rows"]:
+        sd = r["slowdown_vs_none"]
+        lines.append(f"{r['protocol']:<18} {fmt_ns(r['makespan_ns']):>14} {('%.2fx' % sd) if sd else 'n/a':>9}  "
+                     + "  ".join(f"{fmt_ns(r['critical_path_ns'].get(c, 0)):>12}" for c in cats))
+    lines.append("columns after 'vs none': time on the critical path by category")
+    return "\n".join(lines)
+
+
+def plot_breakdown(d: dict[str, Any], path: str) -> None:
+    """Stacked bars: critical-path time per category, one bar per protocol."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cats = [c.label for c in Category if any(r["critical_path_ns"].get(c.label) for r in d["rows"])]
+    names = [r["protocol"] for r in d["rows"]]
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(names) + 2), 4))
+    bottom = [0.0] * len(names)
+    for c in cats:
+        vals = [r["critical_path_ns"].get(c, 0) / 1e6 for r in d["rows"]]
+        ax.bar(names, vals, bottom=bottom, label=c)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("critical path (ms)")
+    ax.set_title(f"{d['trace'].rsplit('/', 1)[-1]} - {d.get('preset')}", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    fmt = path.rsplit(".", 1)[-1].lower()
+    if fmt not in ("png", "svg", "pdf"):
+        raise ConfigError(f"--plot {path}: unknown image format '{fmt}' (use .png, .svg or .pdf)")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=120)
+    plt.close(fig)
+
+
+@click.command("compare")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--protocols", default=DEFAULT_PROTOCOLS, show_default=True, help="Comma-separated protocol names.")
+@click.option("--model", default="h100", show_default=True)
+@click.option("--preset", default=None)
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write a stacked breakdown chart (PNG/SVG).")
+@reports_errors
+def command(trace, protocols, model, preset, overrides, as_json, plot):
+    """Replay TRACE under several protocols and compare makespan, slowdown and breakdown."""
+    d = compare(trace, protocols.split(","), model, preset, overrides)
+    if plot:
+        plot_breakdown(d, plot)
+    click.echo(json.dumps(d, sort_keys=True) if as_json else format_table(d))
