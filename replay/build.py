@@ -150,7 +150,8 @@ def build_graph(trace: Trace) -> OpGraph:
     dur[is_sync] = np.maximum(0, finish[is_sync] - sync_done[is_sync])
 
     has_deps = np.diff(dep_ptr) > 0
-    release = np.where(has_deps, 0, start).astype(np.int64)
+    shift = _rank_clock_shifts(group, rank, finish)
+    release = np.where(has_deps, 0, start + shift[rank]).astype(np.int64)
 
     lanes, lane = _lanes(rank, device, thread, stream, kind)
     copy_dir = _dict_codes(t, "copy_dir", {k: int(v) for k, v in COPY_DIR_BY_LABEL.items()}, 0).astype(np.int8)
@@ -171,7 +172,7 @@ def build_graph(trace: Trace) -> OpGraph:
         copy_dir=copy_dir,
         host_mem=host_mem,
         name=name,
-        order=start.copy(),
+        order=start + shift[rank],
         release=release,
         group=group,
         dep_ptr=dep_ptr,
@@ -183,6 +184,7 @@ def build_graph(trace: Trace) -> OpGraph:
         captured_start=start,
         captured_dur=t.column("dur_ns").to_numpy().astype(np.int64),
         step=t.column("step").to_numpy().astype(np.int32),
+        rank_shift=shift,
     )
     g.validate()
     return g
@@ -254,6 +256,30 @@ def _collective_groups(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     for m in members:
         group[m] = find(m)
     return group
+
+
+def _rank_clock_shifts(group: np.ndarray, rank: np.ndarray, finish: np.ndarray) -> np.ndarray:
+    """Offset of each rank's clock, from its collectives: every member of a collective finishes
+    at the same real time, so ``finish + shift[rank]`` should agree within a group. The shift of
+    rank r is the median, over the groups r shares with the lowest grouped rank, of the
+    difference of their finishes; shifts are made non-negative. Ranks without collectives: 0."""
+    nranks = int(rank.max()) + 1 if rank.size else 1
+    shift = np.zeros(nranks, np.int64)
+    idx = np.flatnonzero(group >= 0)
+    if idx.size == 0:
+        return shift
+    r0 = int(rank[idx].min())
+    ref = {}
+    for g, r, f in zip(group[idx].tolist(), rank[idx].tolist(), finish[idx].tolist()):
+        if r == r0:
+            ref[g] = f
+    diffs: dict[int, list[int]] = {}
+    for g, r, f in zip(group[idx].tolist(), rank[idx].tolist(), finish[idx].tolist()):
+        if r != r0 and g in ref:
+            diffs.setdefault(r, []).append(ref[g] - f)
+    for r, d in diffs.items():
+        shift[r] = int(np.median(d))
+    return shift - shift.min()
 
 
 def _group_durations(group: np.ndarray, dur: np.ndarray) -> np.ndarray:

@@ -159,6 +159,8 @@ class OpGraph:
     captured_dur: np.ndarray  # int64
     step: np.ndarray  # int32
     kind_names: dict[int, str] = field(default_factory=dict)  # labels of derived kinds
+    # offset (ns) added to each rank's measured clock to align ranks on their collectives
+    rank_shift: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
 
     @property
     def n(self) -> int:

@@ -90,10 +90,13 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
     cr, (c0, c1) = _group_reduce(rank[cap], (graph.captured_start[cap], "min"),
                                  (graph.captured_start[cap] + graph.captured_dur[cap], "max"))
     cap_span = dict(zip(cr.tolist(), (c1 - c0).tolist()))
-    per_rank = [RankSpan(rank=int(r), makespan_ns=int(b - min(0, a)), captured_span_ns=int(cap_span.get(int(r), 0)))
+    per_rank = [RankSpan(rank=int(r), makespan_ns=int(b - a), captured_span_ns=int(cap_span.get(int(r), 0)))
                 for r, a, b in zip(ur.tolist(), s0, s1)]
-    makespan = max(p.makespan_ns for p in per_rank)
-    captured_span = max(p.captured_span_ns for p in per_rank)
+    makespan = int(sched.finish.max() - sched.start.min())
+    # captured span of the whole job: ranks' clocks aligned by the same shifts as the replay
+    shift = graph.rank_shift[rank[cap]] if graph.rank_shift.size > int(rank.max()) else 0
+    captured_span = int((graph.captured_start[cap] + graph.captured_dur[cap] + shift).max()
+                        - (graph.captured_start[cap] + shift).min()) if cap.size else 0
     return ReplayResult(
         protocol=protocol,
         makespan_ns=makespan,

@@ -1,0 +1,793 @@
+"""Import PyTorch profiler (Kineto) Chrome-trace JSON files.
+
+``read_kineto(paths)`` returns ``(raw, metadata)``: a raw-op frame following the contract of
+:mod:`tracegen.dependencies` and whitelisted metadata; ``import_kineto(paths)`` also runs
+:func:`tracegen.dependencies.derive_dependencies` and returns ``(table, metadata)``.
+
+Reading: plain or gzip JSON (gzip detected by its magic bytes, not by the file name). The top
+level before ``traceEvents`` is parsed token by token and only whitelisted keys are built; the
+events are stream-parsed with ijson's push interface (C backend when available) in chunks, so a
+large file is never held in memory as a whole; the keys after ``traceEvents`` (TraceLens-style
+files put ``deviceProperties`` there) are read from the bytes that follow the last event.
+
+What is kept (``docs/conventions.md``, ``docs/trace-formats.md`` of the shared notes):
+
+* ``kernel``/``Kernel``, ``gpu_memcpy``/``Memcpy``, ``gpu_memset``/``Memset``: GPU ops; NCCL kernels
+  (``nccl*`` names) become ``collective`` ops. Collective type/size/group come from the kernel
+  args, else the ``record_param_comms`` CPU op with the same External id, else the
+  ``record_param_comms`` / ``nccl:<type>`` annotation enclosing the launching call, else the
+  kernel name. Bytes = nelems (``In msg nelems``, else ``Out msg nelems``) x sizeof(dtype).
+* ``cuda_runtime``/``Runtime``/``cuda_driver``: host calls (``sync`` for the synchronize calls).
+* ``cuda_sync``: hints for the call with the same correlation (stream of a stream sync; record
+  correlation and streams of event syncs and stream waits). Not ops themselves.
+* ``cpu_op``/``Operator``: names of the CPU gap ops (threads with CUDA calls only).
+* ``ProfilerStep#N`` (``user_annotation`` or ``cpu_op``): steps.
+* Everything else (python_function, flows, instants, counters, overhead rows with pid -1, GPU
+  user annotations, metadata rows) is skipped.
+
+Multi-rank: several files, or a directory of them, make one table with a ``rank`` column; the
+rank comes from ``distributedInfo.rank``, else the file name (``rank-3``, ``rank_3``,
+``worker3``), else 0.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import zlib
+from bisect import bisect_right
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from fastrack.errors import TraceFormatError
+from fastrack.schema import CopyDir, HostMem, OpKind
+from tracegen.dependencies import derive_dependencies, no_gc
+
+import ijson
+
+try:  # the C backend is ~10x faster than the pure-Python one; ijson picks it by default
+    _backend = ijson.get_backend("yajl2_c")
+except ImportError:  # pragma: no cover - depends on the installation
+    _backend = ijson
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+CHUNK = 1 << 18
+_TAIL_LIMIT = 64 << 20
+
+# category -> code
+_K, _MC, _MS, _RT, _SY, _OP, _UA = range(7)
+_CATS = {
+    "kernel": _K, "Kernel": _K,
+    "gpu_memcpy": _MC, "Memcpy": _MC,
+    "gpu_memset": _MS, "Memset": _MS,
+    "cuda_runtime": _RT, "Runtime": _RT, "cuda_driver": _RT,
+    "cuda_sync": _SY,
+    "cpu_op": _OP, "Operator": _OP,
+    "user_annotation": _UA,
+}  # fmt: skip
+_GPU_KIND = {_K: int(OpKind.KERNEL), _MC: int(OpKind.MEMCPY), _MS: int(OpKind.MEMSET)}
+
+_SYNC_SCOPE = {
+    "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
+    "cudaEventSynchronize": "event", "cuEventSynchronize": "event",
+    "cudaDeviceSynchronize": "device", "cuCtxSynchronize": "device", "cudaThreadSynchronize": "device",
+}  # fmt: skip
+_SYNC_MEMCPY = re.compile(r"^(cudaMemcpy(2D|3D|Peer|ToSymbol|FromSymbol|ToArray|FromArray)?|cuMemcpy\w*?)(_v\d+)?$")
+_STEP_RE = re.compile(r"^ProfilerStep#\d+$")
+_MEMCPY_DIR = {"htod": CopyDir.H2D, "dtoh": CopyDir.D2H, "dtod": CopyDir.D2D, "ptop": CopyDir.P2P}
+_MEMCPY_RE = re.compile(r"memcpy\s+(\w+)\s*(?:\(\s*([^)]*?)\s*->\s*([^)]*?)\s*\))?", re.I)
+_RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)|worker[-_]?(\d+)", re.I)
+_INT_RE = re.compile(r"-?\d+")
+
+_DTYPE_SIZE = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
+    "long": 8, "int64": 8, "int64_t": 8, "int": 4, "int32": 4, "short": 2, "int16": 2,
+    "char": 1, "int8": 1, "byte": 1, "uint8": 1, "bool": 1, "complexfloat": 8, "complexdouble": 16,
+    "complexhalf": 4, "uint16": 2, "uint32": 4, "uint64": 8,
+}  # fmt: skip
+_COLL_ALIASES = {
+    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all", "alltoallv": "all_to_all", "sendrecv": "send_recv",
+    "broadcast": "broadcast", "reduce": "reduce", "send": "send", "recv": "recv", "barrier": "barrier",
+    "gather": "gather", "scatter": "scatter",
+}  # fmt: skip
+_VERSION_KEYS = {
+    "schemaVersion": "kineto_schema",
+    "cuda_runtime_version": "cuda_runtime",
+    "cuda_driver_version": "cuda_driver",
+    "cupti_version": "cupti",
+    "pytorch_version": "pytorch",
+    "torch_version": "pytorch",
+}
+_HEAD_KEYS = {"deviceProperties", "distributedInfo", *_VERSION_KEYS}
+
+
+# --------------------------------------------------------------------------- file access
+
+
+def sniff(path: str | os.PathLike) -> bytes:
+    """The first 16 bytes of a file (TraceFormatError when it cannot be read)."""
+    p = str(path)
+    if not os.path.exists(p):
+        raise TraceFormatError("no such file", path=p)
+    if os.path.isdir(p):
+        raise TraceFormatError("is a directory, expected a trace file", path=p)
+    try:
+        with open(p, "rb") as f:
+            return f.read(16)
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read file ({exc.strerror or exc})", path=p) from None
+
+
+def _open(path: str):
+    head = sniff(path)
+    if not head:
+        raise TraceFormatError("empty file", path=path)
+    if head.startswith(SQLITE_MAGIC):
+        raise TraceFormatError("is an SQLite database (Nsight export?), not Kineto JSON", path=path)
+    if head.startswith(GZIP_MAGIC):
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def _io_error(exc: BaseException, path: str) -> TraceFormatError:
+    if isinstance(exc, EOFError):
+        return TraceFormatError("truncated gzip stream (file ends before the end of the compressed data)", path=path)
+    if isinstance(exc, (gzip.BadGzipFile, zlib.error)):
+        return TraceFormatError(f"corrupt gzip data ({exc})", path=path)
+    return TraceFormatError(f"cannot read file ({exc})", path=path)
+
+
+def _json_error(exc: BaseException, path: str) -> TraceFormatError:
+    msg = " ".join(str(exc).split())[:160]
+    if isinstance(exc, ijson.IncompleteJSONError) and ("premature EOF" in msg or "incomplete" in msg.lower()):
+        return TraceFormatError("truncated JSON (the file ends in the middle of the document)", path=path)
+    hint = " (NaN/Infinity are not valid JSON)" if re.search(r"nan|inf", msg, re.I) else ""
+    return TraceFormatError(f"invalid JSON: {msg}{hint}", path=path)
+
+
+def _read_head(path: str) -> tuple[dict[str, Any], str | None]:
+    """Whitelisted top-level keys before ``traceEvents`` and the events prefix (None: no events)."""
+    head: dict[str, Any] = {}
+    with _open(path) as f:
+        try:
+            events = _backend.parse(f)
+            first = next(events, None)
+            if first is None:
+                raise TraceFormatError("empty JSON document", path=path)
+            _, ev, _ = first
+            if ev == "start_array":
+                return head, "item"  # bare Chrome-trace array of events
+            if ev != "start_map":
+                raise TraceFormatError("not a Kineto/Chrome trace: the JSON top level is not an object", path=path)
+            builder = None
+            key = None
+            depth = 0
+            for prefix, ev, value in events:
+                if builder is not None:
+                    builder.event(ev, value)
+                    if ev in ("start_map", "start_array"):
+                        depth += 1
+                    elif ev in ("end_map", "end_array"):
+                        depth -= 1
+                    if depth == 0:
+                        head[key] = builder.value
+                        builder = None
+                    continue
+                if prefix == "" and ev == "map_key":
+                    if value == "traceEvents":
+                        nxt = next(events, None)
+                        if nxt is None or nxt[1] != "start_array":
+                            raise TraceFormatError("not a Kineto trace: 'traceEvents' is not an array", path=path)
+                        return head, "traceEvents.item"
+                    key = value
+                    if value in _HEAD_KEYS:
+                        builder = ijson.ObjectBuilder()
+                        depth = 0
+            return head, None
+        except TraceFormatError:
+            raise
+        except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+            raise _io_error(exc, path) from None
+        except ijson.JSONError as exc:
+            raise _json_error(exc, path) from None
+
+
+def _tail_keys(window: bytes) -> dict[str, Any]:
+    """Top-level keys after the events array, from the bytes that follow the last event."""
+    pos = window.find(b"]")
+    while pos >= 0:
+        rest = window[pos + 1 :].lstrip()
+        if rest.startswith(b"}") and not rest[1:].strip():
+            return {}
+        if rest.startswith(b","):
+            try:
+                tail = json.loads(b"{" + rest[1:])
+            except ValueError:
+                pass
+            else:
+                if isinstance(tail, dict):
+                    return tail
+        pos = window.find(b"]", pos + 1)
+    return {}
+
+
+# --------------------------------------------------------------------------- one file
+
+
+@dataclass
+class _FileData:
+    path: str
+    rank: int
+    world_size: int | None
+    head: dict[str, Any]
+    num_events: int
+    gpu: list = field(default_factory=list)
+    rt: list = field(default_factory=list)
+    sync: list = field(default_factory=list)
+    ann: list = field(default_factory=list)
+    rpc: list = field(default_factory=list)
+
+
+class _TailReader:
+    """File wrapper for ijson: counts chunks and keeps the ones read since the chunk that
+    completed the latest event (``mark``), i.e. the bytes holding the end of ``traceEvents`` and
+    the top-level keys after it."""
+
+    __slots__ = ("f", "count", "mark", "keep", "kept")
+
+    def __init__(self, f):
+        self.f = f
+        self.count = 0
+        self.mark = -1
+        self.keep: list[tuple[int, bytes]] = []
+        self.kept = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if n == 0:  # ijson probes with read(0) for bytes vs str
+            return self.f.read(0)
+        data = self.f.read(CHUNK if n is None or n < 0 else max(n, CHUNK))
+        keep = self.keep
+        while keep and (keep[0][0] < self.mark or self.kept > _TAIL_LIMIT and len(keep) > 1):
+            self.kept -= len(keep.pop(0)[1])
+        if data:
+            keep.append((self.count, data))
+            self.kept += len(data)
+            self.count += 1
+        return data
+
+    def tail(self) -> bytes:
+        return b"".join(d for i, d in self.keep if i >= self.mark)
+
+
+def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
+    fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
+    gpu_a, rt_a, sync_a, ann_a, rpc_a = fd.gpu.append, fd.rt.append, fd.sync.append, fd.ann.append, fd.rpc.append
+    cats = _CATS
+    n = 0
+    with _open(path) as f:
+        reader = _TailReader(f)
+        try:
+            for ev in _backend.items(reader, prefix, use_float=True):
+                n += 1
+                reader.mark = reader.count - 1
+                code = cats.get(ev.get("cat"))
+                if code is None:
+                    continue
+                try:  # fast path: the keys Kineto always writes
+                    if code == _RT:
+                        rt_a((ev["name"], ev["pid"], ev["tid"], ev["ts"], ev["dur"], ev["args"]["correlation"], ev["ph"]))
+                        continue
+                    if code == _OP:
+                        ann_a((code, ev["name"], ev["pid"], ev["tid"], ev["ts"], ev["dur"], ev["ph"]))
+                        if ev["name"] == "record_param_comms":
+                            a = ev.get("args") or {}
+                            rpc_a((ev["name"], ev["pid"], ev["tid"], ev["ts"], ev["dur"],
+                                   a.get("External id", a.get("external id", -1)), a))  # fmt: skip
+                        continue
+                except (KeyError, TypeError):
+                    pass
+                if ev.get("ph") != "X":
+                    continue
+                if code <= _MS:  # GPU op
+                    a = ev.get("args") or {}
+                    name = ev.get("name", "")
+                    coll = None
+                    if code == _K and ("Collective name" in a or name[:4].lower() == "nccl"):
+                        coll = a
+                    gpu_a((code, name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0),
+                           a.get("correlation", -1), a.get("stream"), a.get("device"), a.get("bytes", 0),
+                           a.get("External id", a.get("external id", -1)), coll))  # fmt: skip
+                elif code == _RT:
+                    a = ev.get("args")
+                    rt_a((ev.get("name", ""), ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0),
+                          a.get("correlation", -1) if isinstance(a, dict) else -1, "X"))  # fmt: skip
+                elif code == _SY:
+                    a = ev.get("args") or {}
+                    sync_a((a.get("correlation", -1), a.get("cuda_sync_kind", ev.get("name", "")), a.get("stream", -1),
+                            a.get("wait_on_stream", -1), a.get("wait_on_cuda_event_record_corr_id", -1),
+                            a.get("device", -1)))  # fmt: skip
+                else:  # cpu_op / user_annotation
+                    name = ev.get("name", "")
+                    ann_a((code, name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0), "X"))
+                    if name == "record_param_comms" or (code == _UA and name[:5] == "nccl:"):
+                        a = ev.get("args") or {}
+                        rpc_a((name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0),
+                               a.get("External id", a.get("external id", -1)), a))  # fmt: skip
+        except TraceFormatError:
+            raise
+        except AttributeError:
+            raise TraceFormatError("not a Kineto trace: an entry of 'traceEvents' is not an object", path=path) from None
+        except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+            raise _io_error(exc, path) from None
+        except ijson.JSONError as exc:
+            raise _json_error(exc, path) from None
+    fd.num_events = n
+    tail = _tail_keys(reader.tail()) if prefix != "item" else {}
+    return fd, tail
+
+
+def _rank_from_name(path: str) -> int | None:
+    m = _RANK_RE.search(Path(path).name)
+    if not m:
+        return None
+    return int(m.group(1) or m.group(2))
+
+
+def _read_file(path: str) -> _FileData:
+    head, prefix = _read_head(path)
+    if prefix is None:
+        raise TraceFormatError("not a Kineto/Chrome trace: no 'traceEvents' array", path=path)
+    fd, tail = _parse_events(path, prefix)
+    for k, v in tail.items():
+        if k in _HEAD_KEYS and k not in head:
+            head[k] = v
+    fd.head = head
+    dist = head.get("distributedInfo") if isinstance(head.get("distributedInfo"), dict) else {}
+    r = dist.get("rank")
+    if isinstance(r, (int, float)) and not isinstance(r, bool) and r >= 0:
+        fd.rank = int(r)
+    else:
+        fd.rank = _rank_from_name(path) or 0
+    ws = dist.get("world_size")
+    fd.world_size = int(ws) if isinstance(ws, (int, float)) and not isinstance(ws, bool) and ws > 0 else None
+    return fd
+
+
+# --------------------------------------------------------------------------- column helpers
+
+
+def _num(values: Iterable, what: str, names, path: str, *, nonneg: bool = False) -> np.ndarray:
+    """Microsecond values -> float64 array, with errors naming the event."""
+    vals = list(values)
+    try:
+        arr = np.array(vals, dtype=np.float64)
+    except (TypeError, ValueError):
+        for i, v in enumerate(vals):
+            try:
+                float(v)
+            except (TypeError, ValueError):
+                raise TraceFormatError(f"event '{names[i]}' has a non-numeric '{what}' ({v!r})", path=path) from None
+        raise
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise TraceFormatError(f"event '{names[i]}' has a missing or NaN '{what}'; {int(bad.sum())} event(s) affected", path=path)
+    if nonneg and (arr < 0).any():
+        i = int(np.flatnonzero(arr < 0)[0])
+        raise TraceFormatError(
+            f"event '{names[i]}' has a negative duration ({arr[i]:g} us); {int((arr < 0).sum())} event(s) affected",
+            path=path,
+        )
+    return arr
+
+
+def _ns(us: np.ndarray, base: float) -> np.ndarray:
+    """round(us * 1000) relative to ``base`` us (exact for integer us; float error < 1 ns)."""
+    return np.rint((us - base) * 1000.0).astype(np.int64)
+
+
+def _ints(values: Iterable, default: int = -1) -> np.ndarray:
+    """Integers from ints / floats / numeric strings / labels ('stream 7 ', 'GPU 0')."""
+    vals = list(values)
+    try:
+        return np.array(vals, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = np.empty(len(vals), np.int64)
+    cache: dict[Any, int] = {}
+    for i, v in enumerate(vals):
+        if isinstance(v, bool) or v is None:
+            out[i] = default
+        elif isinstance(v, int):
+            out[i] = v if -(2**63) <= v < 2**63 else default
+        elif isinstance(v, float):
+            out[i] = int(v) if np.isfinite(v) else default
+        else:
+            r = cache.get(v)
+            if r is None:
+                m = _INT_RE.findall(str(v))
+                r = int(m[-1]) if m else (zlib.crc32(str(v).encode()) & 0x7FFFFFFF)
+                cache[v] = r
+            out[i] = r
+    return out
+
+
+def _coll_type(name: str | None) -> str | None:
+    if not name:
+        return None
+    s = str(name).strip().lower()
+    if s.startswith("nccl:"):
+        s = s[5:]
+    s = s.lstrip("_")
+    for suffix in ("_coalesced", "_base", "_into_tensor", "_tensor"):
+        if s.endswith(suffix):
+            s = s[: -len(suffix)]
+    key = s.replace("_", "")
+    return _COLL_ALIASES.get(key, s or None)
+
+
+def _coll_from_kernel_name(name: str) -> str | None:
+    m = re.match(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", name)
+    return _coll_type(m.group(1)) if m else None
+
+
+def _coll_bytes(args: dict) -> int:
+    size = _DTYPE_SIZE.get(str(args.get("dtype", "")).lower().replace("c10::", "").replace("torch.", ""), 0)
+    nel = args.get("In msg nelems") or args.get("Out msg nelems") or 0
+    try:
+        return int(nel) * size
+    except (TypeError, ValueError):
+        return 0
+
+
+def _coll_group(args: dict) -> str | None:
+    g = args.get("Process Group Name")
+    if g not in (None, ""):
+        return str(g)
+    g = args.get("Process Group Ranks")
+    return str(g) if g not in (None, "") else None
+
+
+def _memcpy_kind(name: str) -> tuple[str | None, str | None]:
+    m = _MEMCPY_RE.search(name)
+    if not m:
+        return None, None
+    d = _MEMCPY_DIR.get(m.group(1).lower())
+    if d is None:
+        return None, None
+    mem = None
+    host_side = m.group(2) if d == CopyDir.H2D else m.group(3) if d == CopyDir.D2H else None
+    if host_side:
+        hs = host_side.strip().lower()
+        if hs == "pinned":
+            mem = HostMem.PINNED.label
+        elif hs == "pageable":
+            mem = HostMem.PAGEABLE.label
+    return d.label, mem
+
+
+# --------------------------------------------------------------------------- rows of one file
+
+
+def _frame(fd: _FileData) -> pd.DataFrame:
+    path = fd.path
+    all_ts = [r[4] for r in fd.gpu] + [r[3] for r in fd.rt] + [r[4] for r in fd.ann]
+    if not fd.gpu and not fd.rt:
+        raise TraceFormatError(
+            f"empty trace: no CUDA runtime calls and no GPU operations among {fd.num_events} events", path=path
+        )
+    base = float(np.floor(np.min(_num(all_ts, "ts", ["?"] * len(all_ts), path)))) if all_ts else 0.0
+    parts = []
+
+    # ---- host calls
+    rt_corr = np.zeros(0, np.int64)
+    if fd.rt:
+        name, pid, tid, ts, dur, corr, ph = zip(*fd.rt)
+        pid_a = _ints(pid)
+        keep = pid_a != -1
+        if any(p != "X" for p in ph):
+            keep &= np.array([p == "X" for p in ph], bool)
+        names = np.array(name, dtype=object)
+        ts_a = _num(ts, "ts", names, path)
+        dur_a = _num(dur, "dur", names, path, nonneg=True)
+        rt_corr = _ints(corr)
+        scope = pd.Series(names).map(_SYNC_SCOPE).fillna("").to_numpy(object)
+        kind = np.where(scope != "", int(OpKind.SYNC), int(OpKind.RUNTIME))
+        uniq = {n: bool(_SYNC_MEMCPY.match(n)) for n in set(name)}
+        blocking = np.array([uniq[n] for n in name], bool)
+        rt = pd.DataFrame(
+            {
+                "kind": kind, "name": pd.Series(names, dtype=object), "thread": _ints(tid), "start_ns": _ns(ts_a, base),
+                "dur_ns": np.rint(dur_a * 1000.0).astype(np.int64), "correlation": rt_corr,
+                "sync_scope": pd.Series(scope, dtype=object), "blocking": blocking,
+            }
+        )[keep]  # fmt: skip
+        parts.append(rt)
+
+    # ---- GPU ops
+    if fd.gpu:
+        code, name, pid, tid, ts, dur, corr, stream, device, nbytes, ext, coll = zip(*fd.gpu)
+        names = np.array(name, dtype=object)
+        code_a = np.array(code, np.int64)
+        kind = np.array([_GPU_KIND[c] for c in code], np.int64)
+        dev = _ints(device)
+        dev = np.where(dev < 0, _ints(pid), dev) if (dev < 0).any() else dev
+        st = _ints(stream)
+        st = np.where(st < 0, _ints(tid), st) if (st < 0).any() else st
+        ts_a = _num(ts, "ts", names, path)
+        dur_a = _num(dur, "dur", names, path, nonneg=True)
+        g = pd.DataFrame(
+            {
+                "kind": kind, "name": pd.Series(names, dtype=object), "device": dev, "stream": st, "start_ns": _ns(ts_a, base),
+                "dur_ns": np.rint(dur_a * 1000.0).astype(np.int64), "correlation": _ints(corr),
+                "bytes": np.maximum(_ints(nbytes, 0), 0),
+            }
+        )  # fmt: skip
+        mc = np.flatnonzero(code_a == _MC)
+        if len(mc):
+            cache = {n: _memcpy_kind(n) for n in set(names[mc])}
+            cd = np.full(len(g), None, dtype=object)
+            hm = np.full(len(g), None, dtype=object)
+            cd[mc] = [cache[n][0] for n in names[mc]]
+            hm[mc] = [cache[n][1] for n in names[mc]]
+            g["copy_dir"] = pd.Series(cd, dtype=object, index=g.index)
+            g["host_mem"] = pd.Series(hm, dtype=object, index=g.index)
+        ci = [i for i, c in enumerate(coll) if c is not None]
+        if ci:
+            _collectives(fd, g, ci, names, ext, coll, base)
+        parts.append(g)
+        # blocking D2H pageable async copies
+        if fd.rt and len(mc):
+            d2h_pg = g.iloc[mc]
+            d2h_pg = d2h_pg[(d2h_pg["copy_dir"] == CopyDir.D2H.label) & (d2h_pg["host_mem"] == HostMem.PAGEABLE.label)]
+            if len(d2h_pg):
+                rt = parts[0]
+                rt.loc[rt["correlation"].isin(d2h_pg["correlation"]) & (rt["correlation"] >= 0), "blocking"] = True
+
+    # ---- cuda_sync hints onto host calls by correlation
+    if fd.sync and fd.rt:
+        sc, skind, sstream, wstream, wcorr, sdev = zip(*fd.sync)
+        s = pd.DataFrame(
+            {"correlation": _ints(sc), "skind": [str(k).strip() for k in skind], "s_stream": _ints(sstream),
+             "w_stream": _ints(wstream), "w_corr": _ints(wcorr), "s_dev": _ints(sdev)}
+        ).drop_duplicates("correlation")  # fmt: skip
+        rt = parts[0]
+        m = rt[["correlation", "sync_scope"]].reset_index().merge(s, on="correlation", how="inner")
+        if len(m):
+            idx = m["index"].to_numpy()
+            sk = m["skind"].to_numpy(object)
+            scope = m["sync_scope"].to_numpy(object)
+            for col in ("sync_stream", "event_corr", "record_stream", "wait_stream"):
+                if col not in rt:
+                    rt[col] = -1
+            is_ss = (sk == "Stream Sync") & (scope == "stream")
+            rt.loc[idx[is_ss], "sync_stream"] = m["s_stream"].to_numpy()[is_ss]
+            is_es = (sk == "Event Sync") & (scope == "event")
+            rt.loc[idx[is_es], "event_corr"] = m["w_corr"].to_numpy()[is_es]
+            rt.loc[idx[is_es], "record_stream"] = m["w_stream"].to_numpy()[is_es]
+            is_wait = sk == "Stream Wait Event"
+            rt.loc[idx[is_wait], "wait_stream"] = m["s_stream"].to_numpy()[is_wait]
+            rt.loc[idx[is_wait], "event_corr"] = m["w_corr"].to_numpy()[is_wait]
+            rt.loc[idx[is_wait], "record_stream"] = m["w_stream"].to_numpy()[is_wait]
+            is_dev = (scope == "device") & (m["s_dev"].to_numpy() >= 0)
+            if "device" not in rt:
+                rt["device"] = -1
+            rt.loc[idx[is_dev], "device"] = m["s_dev"].to_numpy()[is_dev]
+
+    # ---- annotations: operators on CUDA-calling threads, profiler steps anywhere
+    if fd.ann:
+        code, name, pid, tid, ts, dur, ph = zip(*fd.ann)
+        names = np.array(name, dtype=object)
+        tid_a = _ints(tid)
+        pid_a = _ints(pid)
+        is_step = np.array([bool(_STEP_RE.match(n)) if isinstance(n, str) and n[:1] == "P" else False for n in name], bool)
+        code_a = np.array(code, np.int64)
+        cuda_threads = set(parts[0]["thread"].tolist()) if fd.rt else set()
+        keep = is_step | ((code_a == _OP) & np.isin(tid_a, list(cuda_threads)) & (pid_a != -1))
+        if any(p != "X" for p in ph):
+            keep &= np.array([p == "X" for p in ph], bool)
+        if keep.any():
+            sel = np.flatnonzero(keep)
+            ts_a = _num([ts[i] for i in sel], "ts", names[sel], path)
+            dur_a = _num([dur[i] for i in sel], "dur", names[sel], path, nonneg=True)
+            parts.append(
+                pd.DataFrame(
+                    {"kind": int(OpKind.CPU), "name": pd.Series(names[sel], dtype=object), "thread": tid_a[sel], "start_ns": _ns(ts_a, base),
+                     "dur_ns": np.rint(dur_a * 1000.0).astype(np.int64)}
+                )  # fmt: skip
+            )
+    raw = pd.concat(parts, ignore_index=True, sort=False)
+    raw["rank"] = fd.rank
+    return raw
+
+
+def _collectives(fd: _FileData, g: pd.DataFrame, ci: list[int], names, ext, coll, base: float) -> None:
+    """Fill kind/coll_* of NCCL kernels (rows ``ci`` of ``g``)."""
+    rpc_by_ext: dict[int, dict] = {}
+    encl: dict[int, list] = {}  # thread -> sorted [(start_us, end_us, type, args)]
+    for name, pid, tid, ts, dur, x, a in fd.rpc:
+        has = isinstance(a, dict) and "Collective name" in a
+        if name == "record_param_comms" and has and isinstance(x, int) and x >= 0:
+            rpc_by_ext.setdefault(x, a)
+        try:
+            t0, t1 = float(ts), float(ts) + float(dur or 0)
+        except (TypeError, ValueError):
+            continue
+        typ = _coll_type(a.get("Collective name")) if has else (_coll_type(name) if name.startswith("nccl:") else None)
+        encl.setdefault(_ints([tid])[0], []).append((t0, t1, typ, a if has else None))
+    for lst in encl.values():
+        lst.sort(key=lambda r: r[0])
+    starts = {t: [r[0] for r in lst] for t, lst in encl.items()}
+    # launching call of each collective kernel, by correlation
+    launch: dict[int, tuple[int, float]] = {}
+    if fd.rt and encl:
+        want = set(int(c) for c in g["correlation"].to_numpy()[ci] if c >= 0)
+        for rname, pid, tid, ts, dur, c, _ph in fd.rt:
+            if c in want:
+                try:
+                    launch.setdefault(c, (_ints([tid])[0], float(ts)))
+                except (TypeError, ValueError):
+                    pass
+    kind = g["kind"].to_numpy().copy()
+    ctype = np.full(len(g), None, dtype=object)
+    cgroup = np.full(len(g), None, dtype=object)
+    cbytes = np.zeros(len(g), np.int64)
+    corr = g["correlation"].to_numpy()
+    for i in ci:
+        a = coll[i]
+        info = a if "Collective name" in a else None
+        if info is None and isinstance(ext[i], int) and ext[i] >= 0:
+            info = rpc_by_ext.get(ext[i])
+        typ = None
+        if info is None and int(corr[i]) in launch:
+            tid, t = launch[int(corr[i])]
+            lst = encl.get(tid, [])
+            j = bisect_right(starts.get(tid, []), t) - 1
+            while j >= 0:
+                r = lst[j]
+                if r[0] <= t <= r[1]:
+                    if r[3] is not None:
+                        info = r[3]
+                        break
+                    if typ is None and r[2]:
+                        typ = r[2]
+                elif r[1] < t and r[0] < t - 1e6:  # far before: stop scanning
+                    break
+                j -= 1
+        if info is not None:
+            typ = _coll_type(info.get("Collective name")) or typ
+            cgroup[i] = _coll_group(info)
+            cbytes[i] = _coll_bytes(info)
+        ctype[i] = typ or _coll_from_kernel_name(names[i]) or "unknown"
+        kind[i] = int(OpKind.COLLECTIVE)
+    g["kind"] = kind
+    g["coll_type"] = pd.Series(ctype, dtype=object, index=g.index)
+    g["coll_group"] = pd.Series(cgroup, dtype=object, index=g.index)
+    g["coll_bytes"] = cbytes
+    g.loc[kind == int(OpKind.COLLECTIVE), "bytes"] = cbytes[kind == int(OpKind.COLLECTIVE)]
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def expand_inputs(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """Files named, with each directory replaced by its ``*.json`` / ``*.json.gz`` / ``*.gz``
+    files (sorted; not recursive)."""
+    out: list[str] = []
+    for p in paths:
+        p = str(p)
+        if os.path.isdir(p):
+            files = sorted(
+                os.path.join(p, f)
+                for f in os.listdir(p)
+                if os.path.isfile(os.path.join(p, f)) and re.search(r"\.(json|gz)$", f, re.I)
+            )
+            if not files:
+                raise TraceFormatError("directory holds no trace files (*.json, *.json.gz)", path=p)
+            out.extend(files)
+        else:
+            if not os.path.exists(p):
+                raise TraceFormatError("no such file", path=p)
+            out.append(p)
+    if not out:
+        raise TraceFormatError("no input files")
+    return out
+
+
+@dataclass
+class KinetoImport:
+    raw: pd.DataFrame
+    metadata: dict[str, Any]
+    num_events: int
+    files: list[str]
+
+
+def load_kineto(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> KinetoImport:
+    """Parse Kineto files (or directories of them) into a raw-op frame and whitelisted metadata."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files = expand_inputs(paths)
+    datas: list[_FileData] = []
+    frames: list[pd.DataFrame] = []
+    by_rank: dict[int, str] = {}
+    for p in files:
+        with no_gc():
+            fd = _read_file(p)
+        if fd.rank in by_rank:
+            raise TraceFormatError(f"rank {fd.rank} appears twice: in {by_rank[fd.rank]} and in {p}", path=p)
+        by_rank[fd.rank] = p
+        with no_gc():
+            frames.append(_frame(fd))
+        fd.gpu = fd.rt = fd.sync = fd.ann = fd.rpc = []  # free memory early
+        datas.append(fd)
+    sizes = {fd.world_size for fd in datas if fd.world_size is not None}
+    if len(sizes) > 1:
+        desc = ", ".join(f"{Path(fd.path).name} (world size {fd.world_size})" for fd in datas if fd.world_size is not None)
+        raise TraceFormatError(f"files come from jobs of different world sizes: {desc}")
+    raw = pd.concat(frames, ignore_index=True, sort=False)
+    meta = _metadata(datas, raw, sizes)
+    return KinetoImport(raw=raw, metadata=meta, num_events=sum(fd.num_events for fd in datas), files=files)
+
+
+def _metadata(datas: list[_FileData], raw: pd.DataFrame, sizes: set[int]) -> dict[str, Any]:
+    models: list[str] = []
+    versions: dict[str, str] = {}
+    for fd in datas:
+        head = fd.head
+        props = head.get("deviceProperties")
+        gpu_rows = raw[(raw["rank"] == fd.rank) & (raw["kind"] >= int(OpKind.KERNEL))]
+        used = Counter(gpu_rows["device"].tolist()).most_common(1) if "device" in raw and len(gpu_rows) else []
+        if isinstance(props, list) and props:
+            match = [d for d in props if isinstance(d, dict) and used and d.get("id") == used[0][0]]
+            d = match[0] if match else props[0] if isinstance(props[0], dict) else {}
+            if isinstance(d.get("name"), str) and d["name"] not in models:
+                models.append(d["name"])
+        for key, label in _VERSION_KEYS.items():
+            v = head.get(key)
+            if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                versions.setdefault(label, str(v))
+        dist = head.get("distributedInfo")
+        if isinstance(dist, dict) and isinstance(dist.get("nccl_version"), (str, int)):
+            versions.setdefault("nccl", str(dist["nccl_version"]))
+        if isinstance(dist, dict) and isinstance(dist.get("backend"), str):
+            versions.setdefault("distributed_backend", dist["backend"])
+    meta: dict[str, Any] = {
+        "source_format": "kineto-json",
+        "source_files": [Path(fd.path).name for fd in datas],
+        "capture_tool": "PyTorch Profiler",
+        "tool_versions": versions,
+        "ranks": sorted(fd.rank for fd in datas),
+        "emulated": False,
+        "device_model": None,
+        "trace_name": Path(datas[0].path).name if len(datas) == 1 else Path(datas[0].path).parent.name,
+    }
+    if models:
+        meta["gpu_model"] = " / ".join(models)
+    if sizes:
+        meta["world_size"] = sizes.pop()
+    return meta
+
+
+def read_kineto(paths) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``(raw ops, metadata)`` of Kineto trace file(s); see :mod:`tracegen.dependencies`."""
+    imp = load_kineto(paths)
+    return imp.raw, imp.metadata
+
+
+def import_kineto(paths) -> tuple[Any, dict[str, Any]]:
+    """``(pyarrow table of schema v1, metadata)`` of Kineto trace file(s)."""
+    imp = load_kineto(paths)
+    label = imp.files[0] if len(imp.files) == 1 else None
+    return derive_dependencies(imp.raw, path=label), imp.metadata
+
+
+__all__ = ["read_kineto", "load_kineto", "import_kineto", "expand_inputs", "KinetoImport", "sniff"]
