@@ -1,0 +1,311 @@
+"""``tracegen capture``: run a PyTorch script and write its GPU trace (Parquet, schema v1).
+
+Two paths (``docs/capture.md``):
+
+* **profiler** (a CUDA GPU is present and ``--no-emulate``/default): the script runs under
+  ``torch.profiler`` (CPU + CUDA activities, ``record_shapes``); the Kineto JSON it exports is
+  converted by the Kineto importer (:func:`tracegen.importers.kineto.import_kineto`).
+* **emulated** (``--emulate``, the default without a GPU): :mod:`tracegen.emulator` runs the
+  unchanged CUDA script on ``meta`` tensors and prices every GPU op with
+  :mod:`tracegen.costmodel`.
+
+Steps: an explicit ``ProfilerStep#N`` annotation (``record_function`` or ``prof.step()``) wins;
+otherwise every ``optimizer.step()`` call ends a step. Step k holds the ops after the k-th
+boundary up to and including the (k+1)-th; ops after the last boundary have step -1.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import runpy
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any, Sequence
+
+import click
+import numpy as np
+import pyarrow as pa
+
+from fastrack import __version__
+from fastrack.cli_support import reports_errors
+from fastrack.errors import CaptureError
+from fastrack.traceio import make_table, write_trace
+
+DEVICES = ("h100-sxm", "h100-pcie")
+
+
+# ----------------------------------------------------------------------------- running the script
+
+def run_script(script: str | os.PathLike, script_args: Sequence[str] = ()) -> None:
+    """Run ``script`` as ``python SCRIPT ARGS`` would: ``__main__``, ``sys.argv``, its folder first
+    on ``sys.path``, the working directory unchanged. A failure becomes a :class:`CaptureError`
+    (the script's traceback is printed on stderr first)."""
+    path = Path(script)
+    if not path.is_file():
+        raise CaptureError("no such script", path=str(path))
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(path)] + [str(a) for a in script_args]
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code not in (None, 0):
+            raise CaptureError(f"the script exited with status {code}; no trace written", path=str(path)) from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the script's own error: show it, then fail
+        _print_script_traceback(exc, path)
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        raise CaptureError(f"the script raised {type(exc).__name__}{': ' + msg if msg else ''}; no trace written",
+                           path=str(path)) from None
+    finally:
+        sys.argv[:] = old_argv
+        sys.path[:] = old_path
+
+
+def _print_script_traceback(exc: BaseException, path: Path) -> None:
+    """The traceback from the script's first frame on (capture's own frames left out)."""
+    target = str(path.resolve())
+    tb = exc.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != target:
+        tb = tb.tb_next
+    lines = traceback.format_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+    sys.stderr.write("".join(lines))
+    sys.stderr.flush()
+
+
+# ----------------------------------------------------------------------------- steps
+
+def select_steps(table: pa.Table, skip_steps: int = 0, steps: int | None = None) -> pa.Table:
+    """Keep the ops of steps ``[first+skip, first+skip+steps)`` (counting the distinct step
+    numbers present), renumber op ids 0..n-1, drop deps on removed ops and move the origin to
+    the earliest kept op. No-op when neither is requested."""
+    if not skip_steps and steps is None:
+        return table
+    step = table.column("step").to_numpy()
+    present = sorted(int(s) for s in np.unique(step[step >= 0]))
+    if not present:
+        raise CaptureError("no step boundaries found (no optimizer.step() call and no ProfilerStep#N "
+                           "annotation); --skip-steps/--steps need them")
+    if skip_steps >= len(present):
+        raise CaptureError(f"the script ran {len(present)} step(s); --skip-steps {skip_steps} leaves none")
+    chosen = present[skip_steps: None if steps is None else skip_steps + steps]
+    if steps is not None and len(chosen) < steps:
+        click.echo(f"warning: only {len(chosen)} step(s) after the skipped ones; keeping those", err=True)
+    mask = np.isin(step, chosen)
+    kept = table.filter(pa.array(mask))
+    old_ids = kept.column("op_id").to_numpy()
+    idmap = {int(o): i for i, o in enumerate(old_ids)}
+    deps_in = kept.column("deps").to_pylist()
+    kinds_in = kept.column("dep_kinds").to_pylist()
+    deps, kinds = [], []
+    for ds, ks in zip(deps_in, kinds_in):
+        pairs = [(idmap[d], k) for d, k in zip(ds, ks) if d in idmap]
+        deps.append([p[0] for p in pairs])
+        kinds.append([p[1] for p in pairs])
+    start = kept.column("start_ns").to_numpy()
+    cols = {name: kept.column(name) for name in kept.schema.names}
+    cols["op_id"] = np.arange(len(old_ids), dtype=np.int64)
+    cols["start_ns"] = start - (start.min() if len(start) else 0)
+    cols["deps"] = deps
+    cols["dep_kinds"] = kinds
+    return make_table(cols)
+
+
+# ----------------------------------------------------------------------------- emulated path
+
+def recorder_table(rec) -> pa.Table:
+    """The schema-v1 table of an emulated capture (rows sorted by start, host before GPU)."""
+    from fastrack.schema import OpKind
+
+    ops = rec.ops
+    use_explicit = rec.saw_explicit_step
+    order = sorted(range(len(ops)), key=lambda i: (ops[i].start, ops[i].kind.on_gpu, i))
+    new = {old: new for new, old in enumerate(order)}
+    cols: dict[str, list] = {k: [] for k in ("op_id", "device", "thread", "stream", "kind", "name", "start_ns",
+                                              "dur_ns", "bytes", "copy_dir", "host_mem", "correlation", "step",
+                                              "deps", "dep_kinds")}
+    last_step = rec.opt_steps
+    for i in order:
+        op = ops[i]
+        if use_explicit:
+            step = op.explicit_step
+        else:
+            step = op.opt_step if op.opt_step < last_step else -1
+        cols["op_id"].append(new[i])
+        cols["device"].append(-1 if op.kind == OpKind.CPU else 0)
+        cols["thread"].append(op.thread if not op.kind.on_gpu else -1)
+        cols["stream"].append(op.stream if op.kind.on_gpu else -1)
+        cols["kind"].append(op.kind.label)
+        cols["name"].append(op.name)
+        cols["start_ns"].append(op.start)
+        cols["dur_ns"].append(op.dur)
+        cols["bytes"].append(op.bytes)
+        cols["copy_dir"].append(op.copy_dir.label)
+        cols["host_mem"].append(op.host_mem.label)
+        cols["correlation"].append(op.correlation)
+        cols["step"].append(step)
+        cols["deps"].append([new[d] for d, _ in op.deps])
+        cols["dep_kinds"].append([int(k) for _, k in op.deps])
+    t0 = min(cols["start_ns"]) if cols["start_ns"] else 0
+    cols["start_ns"] = [s - t0 for s in cols["start_ns"]]
+    return make_table(cols)
+
+
+def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_steps: int = 0,
+                     steps: int | None = None, name: str | None = None) -> tuple[pa.Table, dict[str, Any]]:
+    """Run ``script`` on the emulated GPU ``device``; return the trace table and its metadata."""
+    import torch
+
+    from tracegen.costmodel import get_spec
+    from tracegen.emulator import Recorder, emulated_gpu
+
+    spec = get_spec(device)
+    path = Path(script)
+    if not path.is_file():
+        raise CaptureError("no such script", path=str(path))
+    rec = Recorder(spec)
+    with emulated_gpu(rec):
+        run_script(path, script_args)
+    if rec.gpu_ops == 0:
+        raise CaptureError("the script launched no GPU work (no tensor or module was put on 'cuda'); "
+                           "no trace written", path=str(path))
+    table = select_steps(recorder_table(rec), skip_steps, steps)
+    meta = _metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
+                     torch_version=torch.__version__)
+    return table, meta
+
+
+# ----------------------------------------------------------------------------- profiler path
+
+def capture_profiler(script, script_args=(), *, skip_steps: int = 0, steps: int | None = None,
+                     name: str | None = None) -> tuple[pa.Table, dict[str, Any]]:
+    """Run ``script`` under torch.profiler on the real GPU and convert its Kineto JSON.
+
+    Not run on hardware during development (no GPU there); the conversion half,
+    :func:`kineto_to_trace`, is tested on a recorded Kineto file."""
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.profiler import ProfilerAction, ProfilerActivity, profile
+
+    path = Path(script)
+    if not path.is_file():
+        raise CaptureError("no such script", path=str(path))
+    with tempfile.TemporaryDirectory(prefix="tracegen-capture-") as tmp:
+        out = Path(tmp) / f"{path.stem}.pt.trace.json"
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
+                       schedule=lambda _step: ProfilerAction.RECORD)
+        hook = register_optimizer_step_post_hook(lambda *_a, **_k: prof.step())
+        try:
+            with prof:
+                run_script(path, script_args)
+                torch.cuda.synchronize()
+        finally:
+            hook.remove()
+        prof.export_chrome_trace(str(out))
+        return kineto_to_trace(out, skip_steps=skip_steps, steps=steps, name=name, script=path,
+                               gpu_model=torch.cuda.get_device_name(), torch_version=torch.__version__)
+
+
+def kineto_to_trace(json_path, *, skip_steps: int = 0, steps: int | None = None, name: str | None = None,
+                    script=None, gpu_model: str | None = None,
+                    torch_version: str | None = None) -> tuple[pa.Table, dict[str, Any]]:
+    """Convert the profiler's Kineto JSON with the Kineto importer, select steps, set metadata."""
+    try:
+        from tracegen.importers.kineto import import_kineto
+    except ImportError as exc:
+        raise CaptureError(f"the Kineto importer is not available ({exc}); cannot convert the profiler trace") from None
+    result = import_kineto(str(json_path))
+    table, imported_meta = _unpack_import(result)
+    table = select_steps(table, skip_steps, steps)
+    src = Path(script) if script is not None else Path(json_path)
+    meta = dict(imported_meta)
+    meta.update(_metadata(src, name, emulated=False, device_model=None,
+                          gpu_model=gpu_model or imported_meta.get("gpu_model"), torch_version=torch_version))
+    versions = dict(imported_meta.get("tool_versions") or {})
+    versions.update(meta["tool_versions"])
+    meta["tool_versions"] = versions
+    meta["source_format"] = "capture-profiler"
+    meta["capture_tool"] = "PyTorch Profiler (tracegen capture)"
+    return table, meta
+
+
+def _unpack_import(result) -> tuple[pa.Table, dict[str, Any]]:
+    if isinstance(result, pa.Table):
+        return result, {}
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], pa.Table):
+        return result[0], dict(result[1] or {})
+    table = getattr(result, "table", None)
+    if isinstance(table, pa.Table):
+        return table, dict(getattr(result, "metadata", {}) or {})
+    raise CaptureError(f"the Kineto importer returned {type(result).__name__}, expected a table")
+
+
+def _metadata(path: Path, name, *, emulated: bool, device_model, gpu_model, torch_version) -> dict[str, Any]:
+    versions = {"fastrack": __version__, "python": platform.python_version()}
+    if torch_version:
+        versions["pytorch"] = torch_version
+    return {
+        "source_format": "capture-emulated" if emulated else "capture-profiler",
+        "source_files": [path.name],
+        "capture_tool": "fastrack tracegen capture (emulated GPU)" if emulated else "PyTorch Profiler (tracegen capture)",
+        "tool_versions": versions,
+        "gpu_model": gpu_model or "unknown",
+        "world_size": 1,
+        "ranks": [0],
+        "emulated": emulated,
+        "device_model": device_model,
+        "trace_name": name or path.stem,
+    }
+
+
+def capture(script, script_args=(), *, emulate: bool | None = None, device: str = "h100-sxm", skip_steps: int = 0,
+            steps: int | None = None, name: str | None = None) -> tuple[pa.Table, dict[str, Any]]:
+    """Capture ``script``: the profiler path on a real GPU, else (or with ``emulate=True``) emulation."""
+    import torch
+
+    if emulate is None:
+        emulate = not torch.cuda.is_available()
+    if not emulate:
+        if not torch.cuda.is_available():
+            raise CaptureError("--no-emulate needs a CUDA GPU, and torch.cuda.is_available() is False here")
+        return capture_profiler(script, script_args, skip_steps=skip_steps, steps=steps, name=name)
+    return capture_emulated(script, script_args, device=device, skip_steps=skip_steps, steps=steps, name=name)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+@click.command("capture", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="trace to write [traces/<script-stem>.parquet]")
+@click.option("--name", help="trace name stored in the metadata [script stem]")
+@click.option("--skip-steps", type=click.IntRange(min=0), default=0, show_default=True,
+              help="warm-up steps to drop")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="steps to keep [all]")
+@click.option("--device", type=click.Choice(DEVICES), default="h100-sxm", show_default=True,
+              help="GPU model the emulation prices ops for")
+@click.option("--emulate/--no-emulate", default=None,
+              help="emulate the GPU (default when torch.cuda.is_available() is False) or profile the real one")
+@reports_errors
+def command(script, script_args, output, name, skip_steps, steps, device, emulate):
+    """Run SCRIPT (as `python SCRIPT SCRIPT_ARGS` would) and write its GPU trace.
+
+    Put `--` before SCRIPT_ARGS that look like options of this command.
+    """
+    script_args = list(script_args)
+    if script_args and script_args[0] == "--":
+        script_args = script_args[1:]
+    out = Path(output) if output else Path("traces") / f"{Path(script).stem}.parquet"
+    table, meta = capture(script, script_args, emulate=emulate, device=device, skip_steps=skip_steps,
+                          steps=steps, name=name)
+    write_trace(out, table, meta)
+    kinds = table.column("kind").to_pylist()
+    gpu = sum(k in ("kernel", "memcpy", "memset", "collective") for k in kinds)
+    busy = sum(d for d, k in zip(table.column("dur_ns").to_pylist(), kinds) if k in ("kernel", "memcpy", "memset"))
+    how = f"emulated {meta['device_model']}" if meta["emulated"] else f"profiled on {meta['gpu_model']}"
+    click.echo(f"wrote {out}: {table.num_rows} ops ({gpu} on the GPU, busy {busy / 1e6:.3f} ms), {how}")

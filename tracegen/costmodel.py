@@ -1,0 +1,572 @@
+"""Per-operator cost model of an NVIDIA H100 for emulated capture (``tracegen capture --emulate``).
+
+Every GPU operation the emulator sees (an ATen operator on an emulated CUDA tensor) is priced
+here: FLOPs and bytes come from the operand shapes and dtypes, the duration from a roofline with
+an efficiency factor per operator family plus a fixed floor per kernel. Every constant is a named
+field of :class:`GpuSpec` with its unit in the name; ``docs/capture.md`` lists each with its
+source or says that it is an assumption.
+
+This module does not import torch: operands are described by :class:`TensorInfo`, so the model
+can be tested and used (e.g. by ``benchmarks/capture_accuracy.py``) on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Sequence
+
+from fastrack.errors import ConfigError
+
+FAMILIES = ("gemm", "attention", "elementwise", "reduction", "memcpy", "memset", "other")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Parameters of one GPU model. Units are in the names (tflops = 1e12 FLOP/s, gb_s = 1e9 B/s)."""
+
+    name: str
+    gpu_name: str  # as torch.cuda.get_device_name() reports it
+    sms: int  # streaming multiprocessors
+    total_memory_bytes: int
+    # Dense tensor-core / vector peaks (NVIDIA H100 datasheet, dense = without sparsity)
+    bf16_dense_tflops: float
+    fp8_dense_tflops: float
+    tf32_dense_tflops: float
+    fp32_tflops: float  # non-tensor-core FP32
+    fp64_tflops: float  # FP64 tensor core
+    hbm_gb_s: float
+    # Efficiencies (fraction of the peak reached by a large, well-shaped kernel)
+    gemm_efficiency: float = 0.80
+    conv_efficiency: float = 0.60
+    gemm_tile_m: int = 128
+    gemm_tile_n: int = 128
+    gemm_misaligned_factor: float = 0.35
+    attention_max_efficiency: float = 0.33
+    attention_half_seq: float = 1024.0
+    attention_bwd_flop_factor: float = 2.5
+    attention_bwd_efficiency_factor: float = 0.8
+    mem_efficient_attention_factor: float = 0.7
+    elementwise_efficiency: float = 0.85
+    strided_efficiency: float = 0.45
+    reduction_efficiency: float = 0.75
+    other_efficiency: float = 0.45
+    # Fixed time per kernel (launch-to-completion of a tiny kernel on the GPU), ns
+    elementwise_floor_ns: int = 1500
+    reduction_floor_ns: int = 3000
+    gemm_floor_ns: int = 3500
+    attention_floor_ns: int = 3500
+    other_floor_ns: int = 3000
+    memset_floor_ns: int = 1000
+    d2d_floor_ns: int = 1500
+    # Host <-> device copies over PCIe Gen5 x16
+    pcie_pinned_gb_s: float = 52.0
+    pcie_pageable_gb_s: float = 20.0
+    pcie_latency_ns: int = 2000
+    # multi_tensor_apply (foreach / fused optimizers): tensors per launch, blocks per launch
+    foreach_tensors_per_launch: int = 110
+    foreach_chunk_elems: int = 65536
+    foreach_blocks_per_launch: int = 320
+    # Host-side CUDA runtime call durations (modeled: there is no driver in emulation), ns
+    launch_kernel_ns: int = 3200
+    memcpy_call_ns: int = 5000
+    memset_call_ns: int = 3600
+    sync_call_ns: int = 2000
+    event_call_ns: int = 1500
+    launch_latency_ns: int = 0  # extra delay from the end of a launch call to the GPU start
+    # Host-side framework cost of one ATen operator (dispatcher, shape checks, TensorIterator,
+    # caching allocator), charged instead of the time the meta kernel takes here, ns
+    aten_op_host_ns: int = 4000
+    aten_view_host_ns: int = 1000
+
+    @property
+    def per_sm_bf16_flops(self) -> float:
+        return self.bf16_dense_tflops * 1e12 / self.sms
+
+    def with_overrides(self, **kw) -> "GpuSpec":
+        known = {f.name for f in fields(self)}
+        bad = sorted(set(kw) - known)
+        if bad:
+            raise ConfigError(f"unknown cost-model parameter(s) {', '.join(bad)}")
+        return replace(self, **kw)
+
+
+H100_SXM = GpuSpec(
+    name="h100-sxm",
+    gpu_name="NVIDIA H100 80GB HBM3",
+    sms=132,
+    total_memory_bytes=85_018_279_936,
+    bf16_dense_tflops=989.4,
+    fp8_dense_tflops=1978.9,
+    tf32_dense_tflops=494.7,
+    fp32_tflops=66.9,
+    fp64_tflops=66.9,
+    hbm_gb_s=3350.0,
+)
+
+H100_PCIE = H100_SXM.with_overrides(
+    name="h100-pcie",
+    gpu_name="NVIDIA H100 PCIe",
+    sms=114,
+    bf16_dense_tflops=756.5,
+    fp8_dense_tflops=1513.0,
+    tf32_dense_tflops=378.0,
+    fp32_tflops=51.2,
+    fp64_tflops=51.2,
+    hbm_gb_s=2000.0,
+)
+
+DEVICES: dict[str, GpuSpec] = {s.name: s for s in (H100_SXM, H100_PCIE)}
+
+
+def get_spec(name: str) -> GpuSpec:
+    try:
+        return DEVICES[name]
+    except KeyError:
+        raise ConfigError(f"unknown device model '{name}'; expected one of {', '.join(DEVICES)}") from None
+
+
+# ----------------------------------------------------------------------------- operands
+
+_ITEMSIZE = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16,
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the cost model needs to know about one operand."""
+
+    shape: tuple[int, ...]
+    dtype: str  # torch dtype name without 'torch.' (e.g. 'bfloat16')
+    contiguous: bool = True
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE.get(self.dtype, 4)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """One modeled GPU kernel."""
+
+    family: str
+    dur_ns: int
+    flops: float = 0.0
+    bytes: float = 0.0
+
+
+def _ns(seconds: float) -> int:
+    return max(1, int(round(seconds * 1e9)))
+
+
+# ----------------------------------------------------------------------------- primitives
+
+def matmul_peak_flops(dtype: str, spec: GpuSpec, tf32: bool = False) -> float:
+    """Peak FLOP/s of the unit a matmul in ``dtype`` runs on."""
+    if dtype in ("bfloat16", "float16"):
+        return spec.bf16_dense_tflops * 1e12
+    if dtype.startswith("float8"):
+        return spec.fp8_dense_tflops * 1e12
+    if dtype == "float32":
+        return (spec.tf32_dense_tflops if tf32 else spec.fp32_tflops) * 1e12
+    if dtype == "float64":
+        return spec.fp64_tflops * 1e12
+    return spec.fp32_tflops * 1e12  # integer/complex matmuls: no tensor cores assumed
+
+
+def gemm_ns(m: int, n: int, k: int, dtype: str, spec: GpuSpec, *, batch: int = 1, tf32: bool = False,
+            efficiency: float | None = None, aligned: bool = True, out_itemsize: int | None = None) -> int:
+    """Duration of one (batched) GEMM C[m,n] = A[m,k] @ B[k,n], ns.
+
+    Wave-quantised roofline: the output is cut into ``gemm_tile_m x gemm_tile_n`` tiles, one tile
+    per SM at a time; the compute time is the number of waves times the time of one tile at
+    ``efficiency`` of the per-SM peak. Memory time is the operand bytes at HBM bandwidth. The
+    kernel takes the larger of the two, plus ``gemm_floor_ns``.
+    """
+    m, n, k, batch = max(m, 1), max(n, 1), max(k, 1), max(batch, 1)
+    eff = spec.gemm_efficiency if efficiency is None else efficiency
+    if not aligned:
+        eff *= spec.gemm_misaligned_factor
+    peak = matmul_peak_flops(dtype, spec, tf32)
+    per_sm = peak / spec.sms
+    tiles = math.ceil(m / spec.gemm_tile_m) * math.ceil(n / spec.gemm_tile_n) * batch
+    waves = math.ceil(tiles / spec.sms)
+    tile_flops = 2.0 * min(m, spec.gemm_tile_m) * min(n, spec.gemm_tile_n) * k
+    compute_s = waves * tile_flops / (per_sm * eff)
+    isz = _ITEMSIZE.get(dtype, 4)
+    osz = isz if out_itemsize is None else out_itemsize
+    bytes_ = batch * (m * k * isz + k * n * isz + m * n * osz)
+    memory_s = bytes_ / (spec.hbm_gb_s * 1e9 * spec.elementwise_efficiency)
+    return spec.gemm_floor_ns + _ns(max(compute_s, memory_s))
+
+
+def gemm_ideal_ns(m: int, n: int, k: int, dtype: str, spec: GpuSpec, efficiency: float | None = None) -> float:
+    """The plain roofline 2mnk / (peak * efficiency), ns (no tiles, no floor): for checks by hand."""
+    eff = spec.gemm_efficiency if efficiency is None else efficiency
+    return 2.0 * m * n * k / (matmul_peak_flops(dtype, spec) * eff) * 1e9
+
+
+def memory_ns(nbytes: float, efficiency: float, floor_ns: int, spec: GpuSpec) -> int:
+    """A memory-bound kernel moving ``nbytes`` through HBM at ``efficiency`` of peak, plus a floor."""
+    return floor_ns + _ns(nbytes / (spec.hbm_gb_s * 1e9 * efficiency))
+
+
+def attention_efficiency(seq_k: int, spec: GpuSpec) -> float:
+    """Fraction of the BF16 peak a FlashAttention-2 kernel reaches at key length ``seq_k``:
+    ``attention_max_efficiency * S / (S + attention_half_seq)`` (short sequences are latency bound)."""
+    return spec.attention_max_efficiency * seq_k / (seq_k + spec.attention_half_seq)
+
+
+def attention_ns(b: int, h: int, sq: int, sk: int, d: int, dv: int, causal: bool, spec: GpuSpec,
+                 *, backward: bool = False, mem_efficient: bool = False, dtype: str = "bfloat16") -> tuple[int, float]:
+    """Fused attention kernel time (ns) and FLOPs. Forward FLOPs = 2*b*h*sq*sk*(d+dv), halved when
+    causal; backward = ``attention_bwd_flop_factor`` times that."""
+    flops = 2.0 * b * h * sq * sk * (d + dv)
+    if causal:
+        flops *= 0.5
+    eff = attention_efficiency(sk, spec)
+    if backward:
+        flops *= spec.attention_bwd_flop_factor
+        eff *= spec.attention_bwd_efficiency_factor
+    if mem_efficient or dtype == "float32":
+        eff *= spec.mem_efficient_attention_factor
+    peak = matmul_peak_flops("bfloat16" if dtype != "float32" else "float32", spec, tf32=True)
+    return spec.attention_floor_ns + _ns(flops / (peak * eff)), flops
+
+
+def h2d_d2h_ns(nbytes: int, pinned: bool, spec: GpuSpec) -> int:
+    bw = spec.pcie_pinned_gb_s if pinned else spec.pcie_pageable_gb_s
+    return spec.pcie_latency_ns + _ns(nbytes / (bw * 1e9))
+
+
+def d2d_ns(nbytes: int, spec: GpuSpec) -> int:
+    """Device-to-device memcpy: reads and writes ``nbytes``."""
+    return memory_ns(2 * nbytes, spec.elementwise_efficiency, spec.d2d_floor_ns, spec)
+
+
+def memset_ns(nbytes: int, spec: GpuSpec) -> int:
+    return memory_ns(nbytes, spec.elementwise_efficiency, spec.memset_floor_ns, spec)
+
+
+# ----------------------------------------------------------------------------- operator families
+
+_GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "addr", "dot", "vdot",
+             "_scaled_mm", "_int_mm", "linear", "matmul", "_addmm_activation"}
+_CONV_OPS = {"convolution", "_convolution", "cudnn_convolution", "convolution_backward",
+             "cudnn_convolution_transpose", "conv2d", "conv1d", "conv3d"}
+_ATTN_OPS = {"_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+             "_scaled_dot_product_cudnn_attention", "_flash_attention_forward", "_efficient_attention_forward",
+             "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+             "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
+             "_efficient_attention_backward"}
+_REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "std_mean", "norm",
+                  "linalg_vector_norm", "prod", "argmax", "argmin", "all", "any", "_softmax", "_log_softmax",
+                  "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm",
+                  "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
+                  "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
+                  "_native_batch_norm_legit_no_training", "cudnn_batch_norm", "cudnn_batch_norm_backward",
+                  "layer_norm", "group_norm", "batch_norm", "rms_norm", "softmax", "log_softmax",
+                  "cross_entropy_loss", "nll_loss", "nll_loss_nd", "instance_norm",
+                  "_batch_norm_with_update", "batch_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
+                  "cumsum", "cumprod", "logsumexp", "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
+                  "nll_loss2d_backward", "mse_loss", "mse_loss_backward", "count_nonzero", "aminmax",
+                  "_fused_adam_", "_fused_adamw_", "batch_norm_stats", "batch_norm_elemt",
+                  "batch_norm_gather_stats_with_counts", "batch_norm_backward_reduce", "batch_norm_backward_elemt",
+                  "topk", "sort", "median", "mode", "kthvalue", "_cdist_forward", "nansum"}
+_OTHER_OPS = {"embedding", "embedding_dense_backward", "index_select", "gather", "scatter", "scatter_",
+              "scatter_add", "scatter_add_", "scatter_reduce", "index", "index_put_", "index_put",
+              "_index_put_impl_", "index_add_", "index_add", "index_copy_", "nonzero", "masked_select",
+              "masked_scatter_", "multinomial", "unique", "_unique2", "bincount", "searchsorted",
+              "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
+              "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
+              "upsample_nearest2d", "upsample_bilinear2d", "grid_sampler_2d", "take", "put_", "randperm",
+              "embedding_bag", "_embedding_bag"}
+_COPY_OPS = {"to", "_to_copy", "copy_", "clone", "contiguous", "type_as", "reshape", "flatten"}
+_GATHER_OPS = {"embedding", "index_select", "gather", "index", "take", "embedding_bag", "_embedding_bag"}
+_MULTI_KERNEL = {  # kernels launched per call (beyond one), from the CUDA implementations
+    "native_layer_norm_backward": 2,
+    "_scaled_dot_product_flash_attention_backward": 3,
+    "_flash_attention_backward": 3,
+    "_scaled_dot_product_efficient_attention_backward": 2,
+    "_efficient_attention_backward": 2,
+    "embedding_dense_backward": 4,
+    "nonzero": 2,
+    "sort": 3,
+    "unique": 4,
+    "_unique2": 4,
+    "native_group_norm_backward": 2,
+    "cudnn_batch_norm_backward": 1,
+}
+
+
+def op_family(op: str) -> str:
+    """Family of an ATen operator name ('aten::mm', 'mm' or 'aten.mm.default')."""
+    base = _base(op)
+    if base in _GEMM_OPS or base in _CONV_OPS:
+        return "gemm"
+    if base in _ATTN_OPS:
+        return "attention"
+    if base in _REDUCTION_OPS:
+        return "reduction"
+    if base in _OTHER_OPS:
+        return "other"
+    if base.startswith("_foreach_"):
+        return "elementwise"
+    return "elementwise"
+
+
+def _base(op: str) -> str:
+    s = op.split("::")[-1]
+    if s.startswith("aten."):
+        s = s[5:]
+    return s.split(".")[0]
+
+
+def kernel_family(name: str) -> str:
+    """Family of a real CUDA kernel name (as in Kineto/nsys traces) or of an emulated kernel name."""
+    low = name.lower()
+    if low.startswith("memcpy") or "memcpy" in low.split("(")[0]:
+        return "memcpy"
+    if low.startswith("memset"):
+        return "memset"
+    if low.startswith("aten::"):
+        return op_family(name.split(" ")[0])
+    if "nccl" in low:
+        return "other"
+    if any(s in low for s in ("flash", "fmha", "attention", "attn")):
+        return "attention"
+    if any(s in low for s in ("gemm", "xmma", "cutlass", "cublas", "sm90_", "sm80_", "conv", "implicit_convolve",
+                               "winograd", "gemv", "dot_kernel", "wgrad", "dgrad")):
+        return "gemm"
+    if any(s in low for s in ("reduce", "norm", "softmax", "cunn_softmax", "nll_loss", "cumsum", "scan",
+                               "welford", "batch_norm", "layer_norm", "argmax", "topk", "sort")):
+        return "reduction"
+    if any(s in low for s in ("elementwise", "copy", "fill", "catarray", "multi_tensor_apply", "unrolled",
+                               "where", "clamp", "dropout", "arange")):
+        return "elementwise"
+    if any(s in low for s in ("index", "gather", "scatter", "embedding", "nonzero", "pool", "unique",
+                               "multinomial", "radix")):
+        return "other"
+    return "other"
+
+
+# ----------------------------------------------------------------------------- pricing one operator
+
+def _mm_dims(base: str, ins: Sequence[TensorInfo | None], outs: Sequence[TensorInfo]):
+    """(m, n, k, batch) of a GEMM-like op from its operands, or None."""
+    t = [x for x in ins if x is not None]
+    if base in ("mm", "_scaled_mm", "_int_mm") and len(t) >= 2 and len(t[0].shape) == 2 and len(t[1].shape) == 2:
+        return t[0].shape[0], t[1].shape[1], t[0].shape[1], 1, t[0], t[1]
+    if base in ("addmm", "_addmm_activation") and len(t) >= 3:
+        a, b = t[1], t[2]
+        if len(a.shape) == 2 and len(b.shape) == 2:
+            return a.shape[0], b.shape[1], a.shape[1], 1, a, b
+    if base == "bmm" and len(t) >= 2 and len(t[0].shape) == 3:
+        a, b = t[0], t[1]
+        return a.shape[1], b.shape[2], a.shape[2], a.shape[0], a, b
+    if base in ("baddbmm", "addbmm") and len(t) >= 3 and len(t[1].shape) == 3:
+        a, b = t[1], t[2]
+        return a.shape[1], b.shape[2], a.shape[2], a.shape[0], a, b
+    if base == "linear" and len(t) >= 2 and len(t[1].shape) == 2 and t[0].shape:
+        x, w = t[0], t[1]
+        return math.prod(x.shape[:-1]), w.shape[0], w.shape[1], 1, x, w
+    if base == "matmul" and len(t) >= 2 and len(t[0].shape) >= 1 and len(t[1].shape) >= 1:
+        a, b = t[0], t[1]
+        if len(b.shape) == 2:
+            return math.prod(a.shape[:-1]) if len(a.shape) > 1 else 1, b.shape[1], b.shape[0], 1, a, b
+        if len(a.shape) >= 2:
+            batch = math.prod(b.shape[:-2]) if len(b.shape) > 2 else 1
+            n = b.shape[-1] if len(b.shape) > 1 else 1
+            return a.shape[-2], n, a.shape[-1], max(batch, math.prod(a.shape[:-2])), a, b
+    if base in ("mv", "addmv") and len(t) >= 2:
+        a = t[0] if base == "mv" else t[1]
+        if len(a.shape) == 2:
+            return a.shape[0], 1, a.shape[1], 1, a, a
+    if base in ("dot", "vdot") and t:
+        return 1, 1, t[0].numel, 1, t[0], t[0]
+    if base == "addr" and len(t) >= 3:
+        return t[1].numel, t[2].numel, 1, 1, t[1], t[2]
+    return None
+
+
+def _aligned(a: TensorInfo, b: TensorInfo, m: int, n: int, k: int) -> bool:
+    """cuBLAS's fast tensor-core kernels need leading dimensions that are multiples of 16 bytes."""
+    elems = max(1, 16 // max(a.itemsize, 1))
+    return k % elems == 0 and n % elems == 0
+
+
+def _conv_dims(base: str, ins, outs, args):
+    """(m, n, k, groups) of the implicit GEMM of a forward convolution."""
+    t = [x for x in ins if x is not None]
+    if len(t) < 2 or not outs:
+        return None
+    x, w, out = t[0], t[1], outs[0]
+    if len(w.shape) < 3 or len(out.shape) < 3:
+        return None
+    groups = 1
+    if isinstance(args, dict):
+        groups = int(args.get("groups", 1) or 1)
+    cout = w.shape[0]
+    kvol = math.prod(w.shape[2:])
+    cin_g = w.shape[1]
+    spatial = math.prod(out.shape[2:])
+    return out.shape[0] * spatial, cout // max(groups, 1), cin_g * kvol, groups
+
+
+def price_op(op: str, ins: Sequence[TensorInfo | None], outs: Sequence[TensorInfo], spec: GpuSpec,
+             *, args: dict | None = None, tf32: bool = False, cudnn_tf32: bool = True) -> list[KernelCost]:
+    """The kernels one ATen operator launches, with modeled durations.
+
+    ``ins``/``outs`` describe the tensor operands (``None`` for absent optional inputs); ``args``
+    carries the few non-tensor arguments some families need (``is_causal``, ``groups``,
+    ``tensor_lists`` for foreach ops as lists of :class:`TensorInfo`).
+    """
+    base = _base(op)
+    args = args or {}
+    fam = op_family(base)
+    t_in = [x for x in ins if x is not None]
+    if base.startswith("_foreach_") or base in ("_fused_adam_", "_fused_adamw_", "_fused_sgd_"):
+        return _price_foreach(base, args.get("tensor_lists") or [t_in], spec)
+    if fam == "gemm" and base in _GEMM_OPS:
+        dims = _mm_dims(base, ins, outs)
+        if dims is None:
+            return [_memory_kernel("gemm", t_in, outs, spec.strided_efficiency, spec.gemm_floor_ns, spec)]
+        m, n, k, batch, a, b = dims
+        out_isz = outs[0].itemsize if outs else None
+        dur = gemm_ns(m, n, k, a.dtype, spec, batch=batch, tf32=tf32, aligned=_aligned(a, b, m, n, k),
+                      out_itemsize=out_isz)
+        return [KernelCost("gemm", dur, 2.0 * m * n * k * batch, _bytes(t_in, outs))]
+    if fam == "gemm":  # convolutions
+        if base == "convolution_backward":
+            # inputs: grad_output, input, weight; one dgrad and one wgrad implicit GEMM (+ bias)
+            if len(t_in) < 3:
+                return [_memory_kernel("gemm", t_in, outs, spec.strided_efficiency, spec.gemm_floor_ns, spec)]
+            go, x, w = t_in[0], t_in[1], t_in[2]
+            dims = _conv_dims("convolution", [x, w], [go], args)
+            if dims is None:
+                return [_memory_kernel("gemm", t_in, outs, spec.strided_efficiency, spec.gemm_floor_ns, spec)]
+            m, n, k, g = dims
+            mask = args.get("output_mask") or [True, True, True]
+            kernels = []
+            if mask[0]:
+                kernels.append(KernelCost("gemm", gemm_ns(m, k, n, x.dtype, spec, batch=g, tf32=cudnn_tf32,
+                                                          efficiency=spec.conv_efficiency), 2.0 * m * n * k * g))
+            if len(mask) > 1 and mask[1]:
+                kernels.append(KernelCost("gemm", gemm_ns(n, k, m, x.dtype, spec, batch=g, tf32=cudnn_tf32,
+                                                          efficiency=spec.conv_efficiency), 2.0 * m * n * k * g))
+            if len(mask) > 2 and mask[2]:
+                kernels.append(_memory_kernel("reduction", [go], [], spec.reduction_efficiency,
+                                              spec.reduction_floor_ns, spec))
+            return kernels or [KernelCost("gemm", spec.gemm_floor_ns)]
+        dims = _conv_dims(base, ins, outs, args)
+        if dims is None:
+            return [_memory_kernel("gemm", t_in, outs, spec.strided_efficiency, spec.gemm_floor_ns, spec)]
+        m, n, k, g = dims
+        dtype = t_in[0].dtype
+        if g > 1 and n * g == t_in[0].shape[1] and n == 1:  # depthwise: memory bound
+            return [_memory_kernel("gemm", t_in, outs, spec.strided_efficiency, spec.gemm_floor_ns, spec)]
+        dur = gemm_ns(m, n, k, dtype, spec, batch=g, tf32=cudnn_tf32, efficiency=spec.conv_efficiency)
+        return [KernelCost("gemm", dur, 2.0 * m * n * k * g, _bytes(t_in, outs))]
+    if fam == "attention":
+        return _price_attention(base, t_in, outs, args, spec)
+    nk = _MULTI_KERNEL.get(base, 1)
+    if base in _GATHER_OPS and outs:
+        # only the gathered rows are read: output bytes twice (read + write) plus the indices
+        idx = [x for x in t_in if x.dtype in ("int64", "int32")]
+        nbytes = 2 * sum(o.nbytes for o in outs) + sum(x.nbytes for x in idx)
+        return [KernelCost("other", memory_ns(nbytes, spec.other_efficiency, spec.other_floor_ns, spec), 0.0, nbytes)]
+    if fam == "reduction":
+        eff, floor = spec.reduction_efficiency, spec.reduction_floor_ns
+    elif fam == "other":
+        eff, floor = spec.other_efficiency, spec.other_floor_ns
+    else:
+        eff = (spec.elementwise_efficiency if _vectorizable(t_in, outs, cast_ok=base in _COPY_OPS)
+               else spec.strided_efficiency)
+        floor = spec.elementwise_floor_ns
+    total = _memory_kernel(fam, t_in, outs, eff, floor * nk, spec)
+    if nk == 1:
+        return [total]
+    per = max(1, total.dur_ns // nk)
+    return [KernelCost(fam, per, total.flops / nk, total.bytes / nk) for _ in range(nk)]
+
+
+def _bytes(ins: Sequence[TensorInfo], outs: Sequence[TensorInfo]) -> float:
+    return float(sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs))
+
+
+def _memory_kernel(fam: str, ins, outs, eff: float, floor: int, spec: GpuSpec) -> KernelCost:
+    nbytes = _bytes(ins, outs)
+    return KernelCost(fam, memory_ns(nbytes, eff, floor, spec), 0.0, nbytes)
+
+
+def _vectorizable(ins: Sequence[TensorInfo], outs: Sequence[TensorInfo], cast_ok: bool = False) -> bool:
+    """PyTorch's vectorized elementwise path: every operand contiguous, of the output's shape
+    (0-d scalars aside) and of one dtype (a plain dtype-converting copy of contiguous tensors
+    also vectorizes). Anything else takes the strided/casting path."""
+    if not outs:
+        return True
+    out = outs[0]
+    for t in list(ins) + list(outs):
+        if t.numel <= 1 and len(t.shape) == 0:
+            continue
+        if not t.contiguous or t.shape != out.shape or (t.dtype != out.dtype and not cast_ok):
+            return False
+    return True
+
+
+def _price_attention(base: str, t_in, outs, args, spec: GpuSpec) -> list[KernelCost]:
+    if len(t_in) < 3 or len(t_in[0].shape) != 4:
+        return [_memory_kernel("attention", t_in, outs, spec.other_efficiency, spec.attention_floor_ns, spec)]
+    backward = base.endswith("_backward")
+    if backward:  # grad_out, q, k, v, ...
+        q, k, v = t_in[1], t_in[2], t_in[3]
+    else:
+        q, k, v = t_in[0], t_in[1], t_in[2]
+    if base in ("_flash_attention_forward", "_flash_attention_backward", "_efficient_attention_forward",
+                "_efficient_attention_backward"):
+        b, sq, h, d = q.shape  # (batch, seq, heads, dim) layout
+        sk, dv = k.shape[1], v.shape[3]
+    else:
+        b, h, sq, d = q.shape
+        sk, dv = k.shape[2], v.shape[3]
+    causal = bool(args.get("is_causal", False))
+    mem_eff = "efficient" in base
+    dur, flops = attention_ns(b, h, sq, sk, d, dv, causal, spec, backward=backward, mem_efficient=mem_eff,
+                              dtype=q.dtype)
+    nk = _MULTI_KERNEL.get(base, 1)
+    if nk == 1:
+        return [KernelCost("attention", dur, flops, _bytes(t_in, outs))]
+    # backward: a small pre-processing kernel (dot(dO, O)), the main kernel, a conversion of dQ
+    small = memory_ns(q.nbytes * 2, spec.elementwise_efficiency, spec.elementwise_floor_ns, spec)
+    main = KernelCost("attention", dur, flops, _bytes(t_in, outs))
+    extra = [KernelCost("attention", small) for _ in range(nk - 1)]
+    return [extra[0], main] + extra[1:]
+
+
+def _price_foreach(base: str, lists: Sequence[Sequence[TensorInfo]], spec: GpuSpec) -> list[KernelCost]:
+    """multi_tensor_apply: one launch per ``foreach_tensors_per_launch`` tensors or per
+    ``foreach_blocks_per_launch`` chunks of ``foreach_chunk_elems`` elements, whichever needs more;
+    bytes = every element of every list read, the first list (or the output) written."""
+    lists = [lst for lst in lists if lst]
+    if not lists:
+        return []
+    first = lists[0]
+    n_tensors = len(first)
+    chunks = sum(math.ceil(t.numel / spec.foreach_chunk_elems) for t in first)
+    launches = max(1, math.ceil(n_tensors / spec.foreach_tensors_per_launch),
+                   math.ceil(chunks / spec.foreach_blocks_per_launch))
+    nbytes = sum(t.nbytes for lst in lists for t in lst) + sum(t.nbytes for t in first)
+    fam = "elementwise"
+    total = memory_ns(nbytes, spec.elementwise_efficiency, 0, spec)
+    per = spec.elementwise_floor_ns + total // launches
+    return [KernelCost(fam, per, 0.0, nbytes / launches) for _ in range(launches)]
