@@ -16,6 +16,9 @@ from replay.report import format_summary
 
 COMMANDS = {
     "compare": "replay.compare:command",
+    "sweep": "replay.sweep:command",
+    "sensitivity": "replay.sensitivity:command",
+    "plot": "replay.plot:command",
 }
 
 

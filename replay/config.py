@@ -1,0 +1,328 @@
+"""Strict loader of hardware presets (TOML) and ``--set section.key=value`` overrides.
+
+A hardware model declares its parameters as a *root* frozen dataclass whose fields are *section*
+frozen dataclasses (one per TOML table); each section field is a typed value (``int``, ``float``,
+``str`` or ``bool``) whose name carries its unit (``bandwidth_gb_s``, ``latency_ns``,
+``slot_bytes``). Field metadata may add ``doc`` (one line), ``min``/``max`` and ``choices``.
+
+A preset file looks like::
+
+    [preset]
+    name = "h100-sxm"
+    description = "..."
+    extends = "other-preset"        # optional: a preset name or a path relative to this file
+
+    [pcie]
+    latency_ns = 1000
+    latency_ns_source = "assumption: ..."   # every key needs a sibling <key>_source string
+
+The loader rejects unknown tables and keys (listing the known ones and the closest match, so a
+wrong unit such as ``latency_us`` is caught), missing keys, missing sources, wrong types and
+out-of-range values, always naming the file, the table and the key. ``extends`` lets a variant
+state only what differs from its base.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from fastrack.errors import ConfigError
+
+SOURCE_SUFFIX = "_source"
+PRESET_TABLE = "preset"
+_PRESET_KEYS = {"name": str, "description": str, "extends": str}
+
+# Unit suffixes a numeric key may end with (optionally followed by ``_per_<thing>``, e.g.
+# ``parallel_gb_s_per_sm``); other numeric keys must declare metadata unit="count".
+UNIT_SUFFIXES = ("_ns", "_gb_s", "_bytes", "_ratio")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A loaded, validated preset."""
+
+    name: str
+    path: str  # the file it was read from ("" when built from a mapping)
+    description: str
+    values: Any  # instance of the model's root parameter dataclass
+    sources: dict[str, dict[str, str]]  # section -> key -> source (overrides: "override: --set ...")
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        """Every value as a nested plain dict (section -> key -> value)."""
+        return {f.name: dataclasses.asdict(getattr(self.values, f.name)) for f in dataclasses.fields(self.values)}
+
+
+def sections(root_cls: type) -> dict[str, type]:
+    """Table name -> section dataclass of a root parameter dataclass."""
+    out = {}
+    for f in dataclasses.fields(root_cls):
+        typ = _resolve(root_cls, f)
+        if not dataclasses.is_dataclass(typ):
+            raise TypeError(f"{root_cls.__name__}.{f.name} must be a dataclass section")
+        out[f.name] = typ
+    return out
+
+
+def fields_of(section_cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(section_cls)}
+
+
+def field_type(section_cls: type, f: dataclasses.Field) -> type:
+    return _resolve(section_cls, f)
+
+
+def _resolve(owner: type, f: dataclasses.Field) -> type:
+    typ = f.type
+    if isinstance(typ, str):  # from __future__ import annotations
+        import typing
+
+        hints = typing.get_type_hints(owner)
+        typ = hints[f.name]
+    return typ
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def resolve_preset_path(preset: str | Path | None, presets_dir: Path, default: str) -> Path:
+    """A preset name (file stem in ``presets_dir``) or a path to a TOML file."""
+    if preset is None or preset == "":
+        preset = default
+    p = Path(preset)
+    if p.suffix == ".toml" or len(p.parts) > 1:
+        if not p.is_file():
+            raise ConfigError(f"preset file not found: {p}")
+        return p
+    cand = Path(presets_dir) / f"{preset}.toml"
+    if not cand.is_file():
+        known = ", ".join(available_presets(presets_dir)) or "(none)"
+        raise ConfigError(f"unknown preset '{preset}'; available presets: {known} (or give a path to a .toml file)")
+    return cand
+
+
+def available_presets(presets_dir: Path) -> list[str]:
+    d = Path(presets_dir)
+    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=path) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read preset: {exc.strerror}", path=path) from None
+
+
+def _raw_with_bases(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(merged tables without [preset], the file's own [preset] table), following ``extends``."""
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(str(p) for p in seen + (path,))
+        raise ConfigError(f"preset 'extends' forms a cycle: {chain}", path=path)
+    raw = _read_toml(path)
+    head = raw.pop(PRESET_TABLE, None)
+    if not isinstance(head, dict):
+        raise ConfigError(f"missing table [{PRESET_TABLE}] (with keys: {', '.join(_PRESET_KEYS)})", path=path)
+    for key, value in head.items():
+        if key not in _PRESET_KEYS:
+            raise ConfigError(_unknown_msg(PRESET_TABLE, key, list(_PRESET_KEYS)), path=path)
+        if not isinstance(value, _PRESET_KEYS[key]):
+            raise ConfigError(f"[{PRESET_TABLE}] {key}: expected a string, got {_show(value)}", path=path)
+    for key in ("name", "description"):
+        if key not in head:
+            raise ConfigError(f"[{PRESET_TABLE}] is missing key '{key}'", path=path)
+    for table, body in raw.items():
+        if not isinstance(body, dict):
+            raise ConfigError(f"'{table}' must be a table ([{table}]), got {_show(body)}", path=path)
+    base_ref = head.get("extends")
+    if not base_ref:
+        return raw, head
+    base_path = Path(base_ref)
+    if base_path.suffix != ".toml":
+        base_path = base_path.with_suffix(".toml") if len(base_path.parts) > 1 else Path(f"{base_ref}.toml")
+    if not base_path.is_absolute():
+        base_path = path.parent / base_path
+    if not base_path.is_file():
+        raise ConfigError(f"[{PRESET_TABLE}] extends '{base_ref}': no such preset ({base_path})", path=path)
+    base, _ = _raw_with_bases(base_path, seen + (path,))
+    merged = {t: dict(body) for t, body in base.items()}
+    for table, body in raw.items():
+        merged.setdefault(table, {}).update(body)
+    return merged, head
+
+
+def load_preset(root_cls: type, path: Path, overrides: Iterable[str] | Mapping[str, Any] = ()) -> Preset:
+    """Load and validate a preset file for ``root_cls``, then apply ``--set`` overrides."""
+    path = Path(path)
+    raw, head = _raw_with_bases(path)
+    return _build(root_cls, raw, head, str(path), overrides)
+
+
+def load_preset_dict(root_cls: type, raw: Mapping[str, Any], overrides: Iterable[str] | Mapping[str, Any] = (),
+                     label: str = "<dict>") -> Preset:
+    """Same as :func:`load_preset` for an in-memory mapping shaped like a preset file."""
+    raw = {t: dict(b) if isinstance(b, Mapping) else b for t, b in raw.items()}
+    head = raw.pop(PRESET_TABLE, {"name": label, "description": ""})
+    return _build(root_cls, raw, dict(head), label if label != "<dict>" else "", overrides)
+
+
+def _build(root_cls, raw, head, path: str, overrides) -> Preset:
+    secs = sections(root_cls)
+    where = path or None
+    for table in raw:
+        if table not in secs:
+            raise ConfigError(_unknown_msg(None, table, list(secs) + [PRESET_TABLE]), path=where)
+    values: dict[str, dict[str, Any]] = {}
+    sources: dict[str, dict[str, str]] = {}
+    for table, cls in secs.items():
+        if table not in raw:
+            raise ConfigError(f"missing table [{table}] (keys: {', '.join(fields_of(cls))})", path=where)
+        body = raw[table]
+        flds = fields_of(cls)
+        for key in body:
+            base = key[: -len(SOURCE_SUFFIX)] if key.endswith(SOURCE_SUFFIX) else key
+            if base not in flds:
+                raise ConfigError(_unknown_msg(table, key, list(flds)), path=where)
+        values[table], sources[table] = {}, {}
+        for key, f in flds.items():
+            if key not in body:
+                raise ConfigError(f"[{table}] is missing key '{key}' ({_describe(cls, f)})", path=where)
+            src = body.get(key + SOURCE_SUFFIX)
+            if not isinstance(src, str) or not src.strip():
+                raise ConfigError(
+                    f"[{table}] {key} needs a source: add {key}{SOURCE_SUFFIX} = \"<where the value comes from>\" "
+                    "or \"assumption: <why>\"", path=where)
+            values[table][key] = _check_value(cls, f, body[key], f"[{table}] {key}", where)
+            sources[table][key] = src.strip()
+    for table, key, value, text in _parse_overrides(secs, overrides):
+        values[table][key] = value
+        sources[table][key] = f"override: --set {text}"
+    root = root_cls(**{t: secs[t](**values[t]) for t in secs})
+    return Preset(name=str(head.get("name", Path(path).stem if path else "")), path=path,
+                  description=str(head.get("description", "")), values=root, sources=sources)
+
+
+def _check_value(cls: type, f: dataclasses.Field, value: Any, label: str, where: str | None) -> Any:
+    typ = field_type(cls, f)
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }.get(typ)
+    if ok is None:
+        raise TypeError(f"{cls.__name__}.{f.name}: unsupported parameter type {typ}")
+    if not ok:
+        raise ConfigError(f"{label}: expected {_type_name(typ)}, got {_show(value)}", path=where)
+    if typ is float:
+        value = float(value)
+    meta = f.metadata
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{label}: expected one of {', '.join(map(repr, choices))}, got {_show(value)}", path=where)
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and value < lo:
+        raise ConfigError(f"{label}: must be >= {lo}, got {_show(value)}", path=where)
+    if hi is not None and value > hi:
+        raise ConfigError(f"{label}: must be <= {hi}, got {_show(value)}", path=where)
+    if meta.get("exclusive_min") is not None and value <= meta["exclusive_min"]:
+        raise ConfigError(f"{label}: must be > {meta['exclusive_min']}, got {_show(value)}", path=where)
+    return value
+
+
+def _parse_overrides(secs: dict[str, type], overrides) -> list[tuple[str, str, Any, str]]:
+    if isinstance(overrides, Mapping):
+        items = [(k, v, f"{k}={v}") for k, v in overrides.items()]
+    else:
+        items = []
+        for text in overrides:
+            if not isinstance(text, str) or "=" not in text:
+                raise ConfigError(f"--set {text!r}: expected SECTION.KEY=VALUE (e.g. pcie.latency_ns=900)")
+            k, v = text.split("=", 1)
+            items.append((k.strip(), v.strip(), text))
+    out = []
+    for dotted, value, text in items:
+        if dotted.count(".") != 1:
+            raise ConfigError(f"--set {text}: expected SECTION.KEY=VALUE (e.g. pcie.latency_ns=900)")
+        table, key = dotted.split(".")
+        if table not in secs:
+            raise ConfigError(f"--set {text}: " + _unknown_msg(None, table, list(secs)))
+        flds = fields_of(secs[table])
+        if key not in flds:
+            raise ConfigError(f"--set {text}: " + _unknown_msg(table, key, list(flds)))
+        f = flds[key]
+        typ = field_type(secs[table], f)
+        if isinstance(value, str):
+            value = _parse_text(value, typ, f"--set {text}")
+        out.append((table, key, _check_value(secs[table], f, value, f"--set {text}", None), text))
+    return out
+
+
+def _parse_text(text: str, typ: type, label: str) -> Any:
+    t = text.strip()
+    try:
+        if typ is bool:
+            if t.lower() in ("true", "1", "yes"):
+                return True
+            if t.lower() in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if typ is int:
+            try:
+                return int(t.replace("_", ""))
+            except ValueError:
+                f = float(t.replace("_", ""))  # sweeps may write 64.0 or 1e6: accept integral values
+                if not f.is_integer():
+                    raise
+                return int(f)
+        if typ is float:
+            return float(t.replace("_", ""))
+    except ValueError:
+        hint = " (an integer; the unit is in the key name)" if typ is int else \
+            " (a number; the unit is in the key name)" if typ is float else ""
+        raise ConfigError(f"{label}: expected {_type_name(typ)}{hint}, got {t!r}") from None
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
+        t = t[1:-1]
+    return t
+
+
+def _unknown_msg(table: str | None, key: str, known: list[str]) -> str:
+    what = f"[{table}] unknown key '{key}'" if table else f"unknown table [{key}]"
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'? units are part of the key name)" if close else ""
+    return f"{what}{hint}; known {'keys' if table else 'tables'}: {', '.join(known)}"
+
+
+def _describe(cls: type, f: dataclasses.Field) -> str:
+    doc = f.metadata.get("doc", "")
+    return f"{_type_name(field_type(cls, f))}{': ' + doc if doc else ''}"
+
+
+def _type_name(typ: type) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(typ, str(typ))
+
+
+def _show(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def schema_problems(root_cls: type) -> list[str]:
+    """Model-definition checks (for tests): numeric keys carry a unit suffix or declare unit='count'."""
+    problems = []
+    for table, cls in sections(root_cls).items():
+        for key, f in fields_of(cls).items():
+            typ = field_type(cls, f)
+            unit_part = key.split("_per_")[0] if "_per_" in key else key  # gb_s_per_sm: GB/s per SM
+            if typ in (int, float) and not unit_part.endswith(UNIT_SUFFIXES) and f.metadata.get("unit") != "count":
+                problems.append(f"[{table}] {key}: numeric key without a unit suffix {UNIT_SUFFIXES} or unit='count'")
+            if not f.metadata.get("doc"):
+                problems.append(f"[{table}] {key}: no doc")
+    return problems

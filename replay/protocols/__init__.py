@@ -1,0 +1,15 @@
+"""Protocols as pure graph transforms (registered as ``fastrack.protocols`` entry points).
+
+* ``none`` (:mod:`.notee`): no TEE; host<->GPU copies priced by the model's PCIe lanes.
+* ``baseline`` (:mod:`.baseline`): H100 confidential computing as shipped.
+* ``fastrack`` (:mod:`.fastrack`): direct GPU TEE communication + parallel authentication +
+  decryption overlapped with PCIe; ``fastrack:direct``, ``fastrack:auth``, ``fastrack:overlap``
+  apply one fix each on top of the baseline.
+
+The CC data path itself (chunks, bounce slots, stages) is :mod:`.cc`.
+"""
+
+from .base import Protocol
+from .kinds import DerivedKind
+
+__all__ = ["Protocol", "DerivedKind"]

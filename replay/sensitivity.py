@@ -1,0 +1,232 @@
+"""``replay sensitivity``: which model parameters matter for a trace under a protocol.
+
+One-at-a-time perturbation around the preset: every numeric model parameter (int or float, not
+bool; ``--set`` values fixed first) is multiplied by each factor (``--factors 0.5,2``) while the
+others keep their values, and the trace is replayed. Integer parameters are rounded to the
+nearest integer; a perturbed value the model rejects (out of range) or one that rounds back to the
+baseline, or a zero baseline (a factor cannot move it) is reported with its status and no
+makespan. Parameters are ranked by their *swing*: the largest relative change of the makespan
+over the factors, ``max |makespan / baseline - 1|``.
+
+The replays run on the same executors as ``replay sweep`` (local process pool by default) and
+the trace's graph is built once per worker.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import click
+
+from fastrack.atomic import atomic_path
+from fastrack.cli_support import reports_errors
+from fastrack.errors import ConfigError, FastrackError
+from replay import sweep as sw
+
+DEFAULT_FACTORS = "0.5,2"
+
+
+def _perturb(value: Any, factor: float) -> Any:
+    if isinstance(value, int):
+        return int(round(value * factor))
+    return float(value) * factor
+
+
+def sensitivity(trace: str, protocol: str, model: str = "h100", preset: str | None = None,
+                overrides: Sequence[str] = (), factors: Sequence[float] = (0.5, 2.0), executor: str | None = None,
+                jobs: int | None = None, progress: bool | None = False):
+    """One row per (parameter, factor), ranked; returns a pandas DataFrame (baseline in attrs)."""
+    import pandas as pd
+
+    if not factors:
+        raise ConfigError("--factors: give at least one factor, e.g. 0.5,2")
+    for f in factors:
+        if not (f > 0 and math.isfinite(f)) or f == 1:
+            raise ConfigError(f"--factors: {f:g} is not a useful factor (give positive numbers other than 1)")
+    if protocol != sw.CAPTURED:
+        sw.check_protocols([protocol])
+    resolver = sw.ModelResolver(model)
+    fixed = tuple(sorted(overrides))
+    resolver.check_names([o.partition("=")[0] for o in fixed], preset)
+    sha = sw.file_sha256(trace)
+    base_point = sw.make_point(resolver, trace, sha, protocol, preset, fixed)
+    base_flat = base_point.resolved.flat
+    fixed_names = {o.partition("=")[0] for o in fixed}
+    rows: list[dict[str, Any]] = []
+    points = [base_point]
+    for name, value in base_flat.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        for f in factors:
+            row = {"parameter": name, "baseline": float(value), "factor": float(f), "value": math.nan,
+                   "status": "ok", "key": None}
+            new = _perturb(value, f)
+            if value == 0:
+                row["status"] = "zero baseline"
+            elif new == value:
+                row["status"] = "rounds to baseline"
+            else:
+                row["value"] = float(new)
+                ovr = tuple(sorted([o for o in fixed if o.partition("=")[0] != name] + [sw._override_text(name, new)]))
+                try:
+                    pt = sw.make_point(resolver, trace, sha, protocol, preset, ovr)
+                except ConfigError as exc:
+                    row["status"] = f"rejected: {str(exc).splitlines()[0]}"
+                else:
+                    row["key"] = pt.key
+                    points.append(pt)
+            row["fixed_by_set"] = name in fixed_names
+            rows.append(row)
+    if len(points) == 1:
+        raise ConfigError(f"model {model} has no numeric parameter to perturb")
+    makespan: dict[str, int] = {}
+    unique = list({p.key: p for p in points}.values())
+    from tqdm import tqdm
+
+    with sw.open_executor(executor, jobs) as (ex, workers, _desc):
+        bar = tqdm(total=len(unique), unit="pt", desc="sensitivity",
+                   disable=(None if progress is None else not progress))
+
+        def on_result(results):
+            for r in results:
+                makespan[r["key"]] = r["makespan_ns"]
+            bar.update(len(results))
+
+        try:
+            sw.execute(sw.batches(unique, workers), ex, workers, on_result)
+        finally:
+            bar.close()
+    base = makespan[base_point.key]
+    for row in rows:
+        m = makespan.get(row["key"]) if row["key"] else None
+        row["makespan_ns"] = m if m is not None else pd.NA
+        row["change"] = (m / base - 1.0) if m is not None and base else math.nan
+    df = pd.DataFrame(rows).drop(columns=["key"])
+    df["makespan_ns"] = df["makespan_ns"].astype("Int64")
+    swing = df.groupby("parameter")["change"].apply(lambda s: float(s.abs().max()) if s.notna().any() else math.nan)
+    df["swing"] = df["parameter"].map(swing)
+    order = swing.fillna(-1).sort_values(ascending=False, kind="mergesort")
+    rank = {p: i + 1 for i, p in enumerate(sorted(order.index, key=lambda p: (-order[p], p)))}
+    df["rank"] = df["parameter"].map(rank)
+    df = df.sort_values(["rank", "factor"], kind="mergesort").reset_index(drop=True)
+    df = df[["rank", "parameter", "baseline", "factor", "value", "makespan_ns", "change", "swing", "status",
+             "fixed_by_set"]]
+    df.attrs.update({"trace": str(trace), "trace_sha256": sha, "protocol": protocol, "model": model,
+                     "preset": base_point.resolved.preset, "params_digest": base_point.resolved.digest,
+                     "baseline_makespan_ns": int(base)})
+    return df
+
+
+def format_table(df, top: int = 20) -> str:
+    a = df.attrs
+    lines = [f"trace {a['trace']}  protocol {a['protocol']}  model {a['model']}  preset {a['preset']}  "
+             f"baseline makespan {a['baseline_makespan_ns'] / 1e6:.3f} ms",
+             f"{'rank':>4}  {'parameter':<34} {'baseline':>12} " + " ".join(
+                 f"{'x' + format(f, 'g'):>9}" for f in sorted(df['factor'].unique())) + f" {'swing':>8}"]
+    for param, g in list(df.groupby("parameter", sort=False))[:top]:
+        cells = []
+        for _f, r in g.sort_values("factor").iterrows():
+            cells.append(f"{r['change'] * 100:+8.2f}%" if r["change"] == r["change"] else f"{'-':>9}")
+        sw_ = g["swing"].iloc[0]
+        b = g["baseline"].iloc[0]
+        b = f"{int(b):,}" if float(b).is_integer() else f"{b:g}"
+        lines.append(f"{int(g['rank'].iloc[0]):>4}  {param:<34} {b:>12} " + " ".join(cells)
+                     + (f" {sw_ * 100:7.2f}%" if sw_ == sw_ else f" {'-':>8}"))
+    lines.append("cells: change of the makespan when the parameter alone is multiplied by the factor "
+                 "('-': not run, see the status column of -o)")
+    return "\n".join(lines)
+
+
+def write_table(df, path: str) -> None:
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not str(path).lower().endswith(".parquet"):
+        raise ConfigError(f"-o {path}: the table must end in .parquet")
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    md = dict(table.schema.metadata or {})
+    md[b"fastrack.sensitivity"] = json.dumps(df.attrs, sort_keys=True).encode()
+    with atomic_path(path) as tmp:
+        pq.write_table(table.replace_schema_metadata(md), tmp, compression="zstd")
+
+
+def plot_tornado(df, path: str, top: int = 20) -> None:
+    """Horizontal bars per parameter: makespan change (%) at the lowest and highest factor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fmt = str(path).rsplit(".", 1)[-1].lower()
+    if fmt not in ("png", "svg", "pdf"):
+        raise ConfigError(f"--plot {path}: unknown image format '{fmt}' (use .png, .svg or .pdf)")
+    ranked = df[df["swing"].notna()]
+    params = list(dict.fromkeys(ranked["parameter"]))[:top]
+    factors = sorted(df["factor"].unique())
+    fig, ax = plt.subplots(figsize=(7, 0.35 * max(4, len(params)) + 1.2))
+    colors = plt.get_cmap("coolwarm")([0.1, 0.9] if len(factors) <= 2 else
+                                      [i / (len(factors) - 1) for i in range(len(factors))])
+    y = list(range(len(params)))[::-1]
+    for fi, f in enumerate(factors):
+        vals = []
+        for p in params:
+            r = ranked[(ranked["parameter"] == p) & (ranked["factor"] == f)]
+            v = r["change"].iloc[0] if len(r) else float("nan")
+            vals.append(0.0 if v != v else v * 100)
+        h = 0.8 / len(factors) if len(factors) > 2 else 0.6
+        off = (fi - (len(factors) - 1) / 2) * h if len(factors) > 2 else 0.0
+        ax.barh([yy + off for yy in y], vals, height=h, color=colors[fi], label=f"x{f:g}")
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(y)
+    ax.set_yticklabels(params, fontsize=8)
+    ax.set_xlabel("makespan change vs preset (%)")
+    a = df.attrs
+    ax.set_title(f"{str(a.get('trace', '')).rsplit('/', 1)[-1]} - {a.get('protocol')} - {a.get('preset')}", fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=110)
+    plt.close(fig)
+
+
+def _factors(text: str) -> list[float]:
+    out = []
+    for v in sw.split_values(text, "--factors"):
+        try:
+            out.append(float(v))
+        except ValueError:
+            raise ConfigError(f"--factors: '{v}' is not a number") from None
+    return out
+
+
+@click.command("sensitivity")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--protocol", required=True, help="Protocol to study (e.g. baseline, fastrack).")
+@click.option("--model", default="h100", show_default=True)
+@click.option("--preset", default=None, help="Preset around which to perturb (default: the model's).")
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Fix a parameter first.")
+@click.option("--factors", default=DEFAULT_FACTORS, show_default=True, help="Multiplicative perturbations.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the table (.parquet).")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write a tornado chart (.png/.svg).")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Parameters shown.")
+@click.option("--executor", default="local", show_default=True, metavar="local|dask://HOST:PORT")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Local worker processes.")
+@click.option("--progress/--no-progress", default=None)
+@reports_errors
+def command(trace, protocol, model, preset, overrides, factors, output, plot, top, executor, jobs, progress):
+    """Rank model parameters by their effect on TRACE's makespan under PROTOCOL (one at a time)."""
+    for o in overrides:
+        if "=" not in o or "," in o.partition("=")[2]:
+            raise ConfigError(f"--set {o!r}: expected SECTION.KEY=VALUE (one value; use replay sweep to sweep)")
+    df = sensitivity(trace, protocol, model, preset, overrides, _factors(factors), executor, jobs, progress)
+    if output:
+        write_table(df, output)
+    if plot:
+        plot_tornado(df, plot, top)
+    click.echo(format_table(df, top))
+
+
+__all__ = ["sensitivity", "format_table", "plot_tornado", "write_table", "FastrackError"]

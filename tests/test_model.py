@@ -1,0 +1,146 @@
+"""The hardware-model interface, the H100 model's prices (worked out by hand) and the plug-in registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fastrack.errors import PluginError
+from fastrack.schema import CopyDir, HostMem, OpKind
+from fastrack_models.h100 import H100Model
+from handgraph import HandGraph, round_model
+from replay.graph import NO_LANE, LaneType
+from replay.model import HardwareModel, bytes_ns
+from replay.plugins import available_models, available_protocols, load_model, load_protocol
+
+
+def test_bytes_ns_is_exact_and_rounds_up():
+    assert bytes_ns(1_000_000, 1.0) == 1_000_000  # 1 GB/s = 1 byte/ns
+    assert bytes_ns(1_000_000, 0.1) == 10_000_000  # no float surprise
+    assert bytes_ns(3, 2.0) == 2  # 1.5 ns -> 2
+    assert bytes_ns(0, 50.0) == 0
+    assert bytes_ns(np.array([346, 347]), 3.46).tolist() == [100, 101]
+    assert bytes_ns(np.array([1, 2]), 50.0).dtype == np.int64
+
+
+def test_round_prices_by_hand():
+    m = round_model()
+    # PCIe 1 GB/s: 1 MB occupies the link 1 ms; latency is separate
+    assert m.pcie_ns(1_000_000, CopyDir.H2D) == 1_000_000
+    assert m.pcie_latency_ns(CopyDir.D2H) == 1000
+    assert m.pcie_time_ns(1_000_000, CopyDir.D2H) == 1_001_000
+    # CPU 1 GB/s, no per-call cost in the round preset
+    assert m.cpu_encrypt_ns(500_000) == 500_000
+    assert m.cpu_decrypt_ns(500_000) == 500_000
+    # CE 2 GB/s; auth 0.5 GB/s serial, 4 SMs x 1 GB/s parallel
+    assert m.ce_crypto_ns(1_000_000) == 500_000
+    assert m.auth_ns(1_000_000, parallel=False) == 2_000_000
+    assert m.auth_ns(1_000_000, parallel=True) == 250_000
+    # submission per kind; host ops submit nothing
+    kinds = np.array([OpKind.KERNEL, OpKind.MEMCPY, OpKind.CPU, OpKind.SYNC, 99])
+    assert m.submit_ns(kinds).tolist() == [1000, 1000, 0, 0, 0]
+    assert (m.bounce_slot_bytes, m.bounce_slots, m.cpu_crypto_threads) == (1_000_000, 2, 1)
+
+
+def test_cpu_crypto_fixed_cost_per_call():
+    # 4 KiB calls at 425 ns each + bytes at 4 GB/s: 8 KiB = 2 calls = 850 + 2048 ns
+    m = round_model("cpu_crypto.call_overhead_ns=425", "cpu_crypto.call_bytes=4096", "cpu_crypto.core_gb_s=4.0")
+    assert m.cpu_encrypt_ns(8192) == 850 + 2048
+    assert m.cpu_encrypt_ns(8193) == 3 * 425 + 2049
+    assert m.cpu_encrypt_ns(0) == 425  # one call even for an empty buffer
+
+
+def test_h100_cpu_crypto_curve_matches_openssl():
+    """The preset's fit reproduces ``openssl speed -evp aes-256-gcm`` (one core) within 5%."""
+    m = H100Model.from_preset("h100-sxm")
+    for size, gb_s in ((256, 0.54), (1024, 1.46), (8192, 3.46)):
+        assert m.cpu_crypto_gb_s(size) == pytest.approx(gb_s, rel=0.05), size
+    # and one 2 MiB slot, encrypted as 4 KiB calls, runs at ~2.9 GB/s
+    slot = m.bounce_slot_bytes
+    assert slot / m.cpu_encrypt_ns(slot) == pytest.approx(2.9, rel=0.02)
+
+
+def test_h100_orders_of_magnitude():
+    m = H100Model.from_preset()
+    one_mib = 1 << 20
+    # CPU encryption is an order of magnitude slower than the link (h100-cc.md section 4)
+    assert m.cpu_encrypt_ns(one_mib) > 10 * m.pcie_ns(one_mib, CopyDir.H2D)
+    assert m.auth_ns(one_mib, parallel=True) < m.auth_ns(one_mib, parallel=False)
+    assert m.submit_ns(OpKind.KERNEL) == 1600
+
+
+def test_direct_rule():
+    m = round_model("direct.h2d=pinned", "direct.d2h=all", "direct.min_bytes=10")
+    d = np.array([CopyDir.H2D, CopyDir.H2D, CopyDir.H2D, CopyDir.D2H, CopyDir.D2H])
+    mem = np.array([HostMem.PINNED, HostMem.PAGEABLE, HostMem.PINNED, HostMem.NONE, HostMem.PAGEABLE])
+    b = np.array([100, 100, 5, 100, 100])
+    assert m.direct_eligible(d, mem, b).tolist() == [True, False, False, True, True]
+    assert not round_model("direct.h2d=none").direct_eligible(d, mem, b)[:3].any()
+
+
+def test_add_lanes_per_rank_and_idempotent():
+    h = HandGraph()
+    r0 = h.call(1, rank=0)
+    h.kernel(1, 0, r0, rank=0)
+    r1 = h.call(1, rank=1)
+    h.kernel(1, 0, r1, rank=1)
+    g = h.build()
+    m = round_model("cpu_crypto.threads=3")
+    g2 = m.add_lanes(g)
+    assert len(g2.lanes) == len(g.lanes) + 2 * 5
+    assert m.add_lanes(g2) is g2
+    assert len(g.lanes) == 4  # input untouched
+    ce = m.lane_index(g2, [0, 1, 7], LaneType.COPY_ENGINE)
+    assert ce[2] == NO_LANE and ce[0] != ce[1]
+    assert g2.lanes.servers[ce[0]] == 2  # copy engines of the round preset
+    assert g2.lanes.servers[m.lane_index(g2, [1], LaneType.CPU_CRYPTO)[0]] == 3
+    assert g2.lanes.names[ce[1]] == "rank1/copy_engines"
+
+
+def test_params_and_describe():
+    m = H100Model.from_preset()
+    rows = m.describe()
+    assert ("pcie", "latency_ns", 1000, m.sources["pcie"]["latency_ns"]) in rows
+    assert len(rows) == sum(len(v) for v in m.params.values())
+    p = m.params
+    p["pcie"]["latency_ns"] = 1  # a copy: the model is not changed through it
+    assert m.params["pcie"]["latency_ns"] == 1000
+
+
+def test_interface_is_abstract():
+    class Half(HardwareModel):
+        name = "half"
+
+    with pytest.raises(TypeError):
+        Half(None)  # pricing methods missing
+
+
+# ------------------------------------------------------------------------------ plug-ins
+
+
+def test_registry_lists_installed_plugins():
+    assert "h100" in available_models()
+    assert {"none", "baseline", "fastrack", "fastrack:direct", "fastrack:auth", "fastrack:overlap"} <= set(
+        available_protocols())
+    assert load_model("h100") is H100Model
+    proto = load_protocol("fastrack")
+    assert proto.name == "fastrack" and callable(proto)
+
+
+def test_unknown_names_list_installed():
+    with pytest.raises(PluginError, match=r"unknown model 'b200'; installed models: .*h100"):
+        load_model("b200")
+    with pytest.raises(PluginError, match=r"unknown protocol 'fast'; installed protocols: .*baseline.*fastrack"):
+        load_protocol("fast")
+
+
+def test_run_replay_contract():
+    """What replay.run uses: load_model(name).from_preset(preset, overrides) and protocol(graph, hw)."""
+    hw = load_model("h100").from_preset(None, ["bounce.slots=8"])
+    assert hw.preset_name == "h100-sxm" and hw.params["bounce"]["slots"] == 8 and len(hw.digest) == 64
+    h = HandGraph()
+    r = h.call(10)
+    h.copy(4 << 20, CopyDir.H2D, 0, r)
+    g = h.build()
+    out = load_protocol("baseline")(g, hw)
+    assert out.n > g.n
