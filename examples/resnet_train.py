@@ -3,6 +3,7 @@
 
     python examples/resnet_train.py --steps 3
     python examples/resnet_train.py --image-size 224 --batch 64 --width 64   # real ResNet-50 size
+    python examples/resnet_train.py --image-size 224 --batch 64 --width 64 --classes 1000 --log-every 1
 """
 
 import argparse
@@ -63,6 +64,7 @@ def main():
     p.add_argument("--classes", type=int, default=100)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=10, help="read the loss back (.item()) every N steps")
     args = p.parse_args()
 
     device = "cuda"
@@ -82,7 +84,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if step % 10 == 0:
+        if step % args.log_every == 0:
             print(f"step {step}: loss {loss.item():.4f}")
     torch.cuda.synchronize()
 

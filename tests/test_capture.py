@@ -23,10 +23,10 @@ DATA = Path(__file__).resolve().parent / "data"
 @pytest.fixture(scope="session")
 def emu():
     """Import torch and what the emulator preloads once for the whole session."""
-    from tracegen import emulator
+    from tracegen import emulation
 
-    emulator.preload()
-    return emulator
+    emulation.preload()
+    return emulation
 
 
 def _script(tmp_path, body: str, name="work.py") -> Path:
@@ -310,16 +310,110 @@ def test_no_emulate_without_gpu(tmp_path):
 
 # ----------------------------------------------------------------------------- shipped traces
 
-@pytest.mark.parametrize("name", ["llama.parquet", "llama_infer.parquet"])
+SHIPPED = {  # file: (H2D copies, D2H copies, kept steps)
+    "llama.parquet": (3, 3, 3),
+    "llama_infer.parquet": (1, 33, 33),
+    "resnet.parquet": (4, 2, 2),
+    "bert_infer.parquet": (6, 3, 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_traces(name):
+    """The shipped traces exist, are small, and exercise what the TEE protocols change:
+    host->device copies, device->host reads and the host synchronisations that wait for them."""
     path = ROOT / "traces" / name
     assert path.stat().st_size < 4 * 1024 * 1024
     t = read_trace(path)
     assert t.metadata["emulated"] is True and t.metadata["device_model"] == "h100-sxm"
+    assert "modelled host time" in t.metadata["capture_tool"]
     kinds = t.column("kind")
     assert (kinds == "kernel").sum() > 100
     assert (t.column("dur_ns") >= 0).all()
     assert np.isin(["cudaLaunchKernel"], t.column("name")).all()
+    n_h2d, n_d2h, n_steps = SHIPPED[name]
+    copy_dir = t.column("copy_dir")
+    assert (copy_dir == "H2D").sum() == n_h2d
+    assert (copy_dir == "D2H").sum() >= n_d2h
+    assert (kinds == "sync").sum() >= n_d2h
+    steps = t.column("step")
+    assert len(np.unique(steps[steps >= 0])) == n_steps
+    if name in ("llama.parquet", "resnet.parquet", "bert_infer.parquet"):  # non_blocking pinned inputs
+        host_mem = t.column("host_mem")
+        assert ((copy_dir == "H2D") & (host_mem == "pinned")).sum() == n_h2d
+    if name == "resnet.parquet":  # a batch of 64 224x224 RGB fp32 images per step
+        nbytes = t.column("bytes")
+        assert (nbytes[copy_dir == "H2D"] == 64 * 3 * 224 * 224 * 4).sum() == 2
+
+
+# ----------------------------------------------------------------------------- host time
+
+
+def _host_ops(df):
+    return df[df.kind.isin(["cpu", "runtime", "sync"])].reset_index(drop=True)
+
+
+def test_modelled_host_time_is_the_named_costs(emu, tmp_path):
+    """Three known ops: each host op lasts exactly its modelled cost (costmodel.H100_SXM)."""
+    from tracegen.costmodel import H100_SXM as S
+
+    body = """
+    import torch
+    a = torch.empty(256, 256, device="cuda")   # allocation: aten_view_host_ns, no kernel
+    b = a.relu()                               # 1 kernel: aten_op_host_ns + cudaLaunchKernel
+    c = b + b                                  # 1 kernel
+    d = c.sum()                                # 1 kernel
+    """
+    res, out = _capture(_script(tmp_path, body))
+    assert res.exit_code == 0, res.output
+    df = _df(out)
+    host = _host_ops(df)
+    assert list(host.kind) == ["cpu", "runtime"] * 3
+    assert list(host.name) == ["aten::relu", "cudaLaunchKernel", "aten::add", "cudaLaunchKernel",
+                               "aten::sum", "cudaLaunchKernel"]
+    assert list(host.dur_ns) == [S.aten_view_host_ns + S.aten_op_host_ns, S.launch_kernel_ns,
+                                 S.aten_op_host_ns, S.launch_kernel_ns, S.aten_op_host_ns, S.launch_kernel_ns]
+    assert list(host.start_ns) == [0, 6600, 9800, 15900, 19100, 25200]
+    assert (df.kind == "kernel").sum() == 3
+
+
+def test_modelled_module_call_copy_and_sync(emu, tmp_path):
+    """A module call, a blocking pageable H2D copy and a .item(): Python per module call,
+    cudaMemcpyAsync call cost, and a sync that returns sync_return_ns after the copy ends."""
+    from tracegen.costmodel import H100_SXM as S
+
+    body = """
+    import torch
+    lin = torch.nn.Linear(8, 8, bias=False, device="cuda")   # empty + init kernel(s)
+    x = torch.ones(4, 8).to("cuda", non_blocking=True)     # pageable H2D
+    y = lin(x)                                              # module call + mm
+    print(y.sum().item())
+    """
+    res, out = _capture(_script(tmp_path, body))
+    assert res.exit_code == 0, res.output
+    df = _df(out)
+    host = _host_ops(df)
+    mm = df.index[(df.kind == "kernel") & df.name.str.startswith("aten::mm")][0]
+    launch = [d for d, k in zip(df.deps[mm], df.dep_kinds[mm]) if k == DepKind.LAUNCH][0]
+    gap = host[(host.start_ns + host.dur_ns) == df.start_ns[launch]]
+    assert gap.name.iloc[0] == "aten::mm"
+    # module call, the weight's transpose (a view) and mm itself
+    assert gap.dur_ns.iloc[0] == S.module_call_host_ns + S.aten_view_host_ns + S.aten_op_host_ns
+    memcpy_calls = host[host.name == "cudaMemcpyAsync"]
+    assert set(memcpy_calls[memcpy_calls.kind == "runtime"].dur_ns) == {S.memcpy_call_ns}
+    d2h = df.index[df.copy_dir == "D2H"][0]
+    sync = df.index[(df.kind == "sync") & (df.name == "cudaStreamSynchronize")][-1]
+    assert d2h in list(df.deps[sync])
+    assert df.start_ns[sync] + df.dur_ns[sync] == df.start_ns[d2h] + df.dur_ns[d2h] + S.sync_return_ns
+
+
+def test_measured_host_time_option(emu, tmp_path):
+    res, out = _capture(_script(tmp_path, "import torch\nx = torch.ones(3, device='cuda') * 2\n"),
+                        "--host-time", "measured")
+    assert res.exit_code == 0, res.output
+    assert "measured host time" in read_trace(out).metadata["capture_tool"]
+    res = CliRunner().invoke(tracegen_main, ["capture", "--host-time", "guessed", "x.py"])
+    assert res.exit_code == 2
 
 
 def test_prof_step_marks_steps(emu, tmp_path):

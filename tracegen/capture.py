@@ -5,7 +5,7 @@ Two paths (``docs/capture.md``):
 * **profiler** (a CUDA GPU is present and ``--no-emulate``/default): the script runs under
   ``torch.profiler`` (CPU + CUDA activities, ``record_shapes``); the Kineto JSON it exports is
   converted by the Kineto importer (:func:`tracegen.importers.kineto.import_kineto`).
-* **emulated** (``--emulate``, the default without a GPU): :mod:`tracegen.emulator` runs the
+* **emulated** (``--emulate``, the default without a GPU): :mod:`tracegen.emulation` runs the
   unchanged CUDA script on ``meta`` tensors and prices every GPU op with
   :mod:`tracegen.costmodel`.
 
@@ -35,6 +35,7 @@ from fastrack.errors import CaptureError
 from fastrack.traceio import make_table, write_trace
 
 DEVICES = ("h100-sxm", "h100-pcie")
+HOST_TIME_MODES = ("modelled", "measured")  # tracegen.emulation.hosttime.MODES
 
 
 # ----------------------------------------------------------------------------- running the script
@@ -119,56 +120,29 @@ def select_steps(table: pa.Table, skip_steps: int = 0, steps: int | None = None)
 # ----------------------------------------------------------------------------- emulated path
 
 def recorder_table(rec) -> pa.Table:
-    """The schema-v1 table of an emulated capture (rows sorted by start, host before GPU)."""
-    from fastrack.schema import OpKind
+    """The schema-v1 table of an emulated recording (:func:`tracegen.emulation.trace.recorder_table`)."""
+    from tracegen.emulation.trace import recorder_table as assemble
 
-    ops = rec.ops
-    use_explicit = rec.saw_explicit_step
-    order = sorted(range(len(ops)), key=lambda i: (ops[i].start, ops[i].kind.on_gpu, i))
-    new = {old: new for new, old in enumerate(order)}
-    cols: dict[str, list] = {k: [] for k in ("op_id", "device", "thread", "stream", "kind", "name", "start_ns",
-                                              "dur_ns", "bytes", "copy_dir", "host_mem", "correlation", "step",
-                                              "deps", "dep_kinds")}
-    last_step = rec.opt_steps
-    for i in order:
-        op = ops[i]
-        if use_explicit:
-            step = op.explicit_step
-        else:
-            step = op.opt_step if op.opt_step < last_step else -1
-        cols["op_id"].append(new[i])
-        cols["device"].append(-1 if op.kind == OpKind.CPU else 0)
-        cols["thread"].append(op.thread if not op.kind.on_gpu else -1)
-        cols["stream"].append(op.stream if op.kind.on_gpu else -1)
-        cols["kind"].append(op.kind.label)
-        cols["name"].append(op.name)
-        cols["start_ns"].append(op.start)
-        cols["dur_ns"].append(op.dur)
-        cols["bytes"].append(op.bytes)
-        cols["copy_dir"].append(op.copy_dir.label)
-        cols["host_mem"].append(op.host_mem.label)
-        cols["correlation"].append(op.correlation)
-        cols["step"].append(step)
-        cols["deps"].append([new[d] for d, _ in op.deps])
-        cols["dep_kinds"].append([int(k) for _, k in op.deps])
-    t0 = min(cols["start_ns"]) if cols["start_ns"] else 0
-    cols["start_ns"] = [s - t0 for s in cols["start_ns"]]
-    return make_table(cols)
+    return assemble(rec)
 
 
 def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_steps: int = 0,
-                     steps: int | None = None, name: str | None = None) -> tuple[pa.Table, dict[str, Any]]:
-    """Run ``script`` on the emulated GPU ``device``; return the trace table and its metadata."""
+                     steps: int | None = None, name: str | None = None,
+                     host_time: str = "modelled") -> tuple[pa.Table, dict[str, Any]]:
+    """Run ``script`` on the emulated GPU ``device``; return the trace table and its metadata.
+    ``host_time``: ``modelled`` (named per-op host costs) or ``measured`` (this machine's time)."""
     import torch
 
     from tracegen.costmodel import get_spec
-    from tracegen.emulator import Recorder, emulated_gpu
+    from tracegen.emulation import Recorder, emulated_gpu
 
     spec = get_spec(device)
     path = Path(script)
     if not path.is_file():
         raise CaptureError("no such script", path=str(path))
-    rec = Recorder(spec)
+    if host_time not in HOST_TIME_MODES:
+        raise CaptureError(f"unknown host time mode '{host_time}'; expected one of {', '.join(HOST_TIME_MODES)}")
+    rec = Recorder(spec, host_time=host_time)
     with emulated_gpu(rec):
         run_script(path, script_args)
     if rec.gpu_ops == 0:
@@ -177,6 +151,7 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
     table = select_steps(recorder_table(rec), skip_steps, steps)
     meta = _metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
                      torch_version=torch.__version__)
+    meta["capture_tool"] = f"fastrack tracegen capture (emulated GPU, {host_time} host time)"
     return table, meta
 
 
@@ -264,7 +239,8 @@ def _metadata(path: Path, name, *, emulated: bool, device_model, gpu_model, torc
 
 
 def capture(script, script_args=(), *, emulate: bool | None = None, device: str = "h100-sxm", skip_steps: int = 0,
-            steps: int | None = None, name: str | None = None) -> tuple[pa.Table, dict[str, Any]]:
+            steps: int | None = None, name: str | None = None,
+            host_time: str = "modelled") -> tuple[pa.Table, dict[str, Any]]:
     """Capture ``script``: the profiler path on a real GPU, else (or with ``emulate=True``) emulation."""
     import torch
 
@@ -274,7 +250,8 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
         if not torch.cuda.is_available():
             raise CaptureError("--no-emulate needs a CUDA GPU, and torch.cuda.is_available() is False here")
         return capture_profiler(script, script_args, skip_steps=skip_steps, steps=steps, name=name)
-    return capture_emulated(script, script_args, device=device, skip_steps=skip_steps, steps=steps, name=name)
+    return capture_emulated(script, script_args, device=device, skip_steps=skip_steps, steps=steps, name=name,
+                            host_time=host_time)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -291,8 +268,11 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
               help="GPU model the emulation prices ops for")
 @click.option("--emulate/--no-emulate", default=None,
               help="emulate the GPU (default when torch.cuda.is_available() is False) or profile the real one")
+@click.option("--host-time", type=click.Choice(HOST_TIME_MODES), default="modelled", show_default=True,
+              help="emulation: host time from named per-op costs of a GPU server (modelled) or "
+                   "as measured on this machine (measured)")
 @reports_errors
-def command(script, script_args, output, name, skip_steps, steps, device, emulate):
+def command(script, script_args, output, name, skip_steps, steps, device, emulate, host_time):
     """Run SCRIPT (as `python SCRIPT SCRIPT_ARGS` would) and write its GPU trace.
 
     Put `--` before SCRIPT_ARGS that look like options of this command.
@@ -302,7 +282,7 @@ def command(script, script_args, output, name, skip_steps, steps, device, emulat
         script_args = script_args[1:]
     out = Path(output) if output else Path("traces") / f"{Path(script).stem}.parquet"
     table, meta = capture(script, script_args, emulate=emulate, device=device, skip_steps=skip_steps,
-                          steps=steps, name=name)
+                          steps=steps, name=name, host_time=host_time)
     write_trace(out, table, meta)
     kinds = table.column("kind").to_pylist()
     gpu = sum(k in ("kernel", "memcpy", "memset", "collective") for k in kinds)

@@ -1,0 +1,41 @@
+"""Run an unchanged CUDA PyTorch script without a GPU and record what the GPU would have done.
+
+Tensors the script puts on ``cuda`` become ``meta`` tensors (shapes and dtypes only, nothing
+allocated), so models far larger than this machine's memory can be captured. One module per
+concept:
+
+* :mod:`.timeline` -- :class:`Recorder`, the virtual timeline (host ops, GPU ops on in-order
+  streams, launches, copies, synchronisations, events);
+* :mod:`.hosttime` -- how host time advances: ``modelled`` (named per-op costs, the default)
+  or ``measured`` (wall time on this machine);
+* :mod:`.function_mode` -- the ``TorchFunctionMode`` layer (``cuda`` -> ``meta``, ``is_cuda``,
+  pinning, ``autocast("cuda")``, the SDPA kernel choice);
+* :mod:`.dispatch` -- the ``TorchDispatchMode`` layer: ATen operators -> kernels priced by
+  :mod:`tracegen.costmodel`, transfers, reads as D2H copies + syncs;
+* :mod:`.reads` -- the values reads of emulated GPU memory return;
+* :mod:`.tensors` -- emulated / pinned tensors, device mapping;
+* :mod:`.streams` -- ``torch.cuda.Stream`` / ``Event`` stand-ins;
+* :mod:`.cuda_api` -- the patched ``torch.cuda`` surface;
+* :mod:`.session` -- :func:`emulated_gpu`, all of the above around a script;
+* :mod:`.trace` -- the schema-v1 table of a finished recording.
+
+``docs/capture.md`` explains the choices (what reads return, how steps are found, limits).
+"""
+
+import importlib
+
+_EXPORTS = {  # imported on first use: the package itself does not import torch
+    "patched_torch": "cuda_api", "HOST_TIME_MODES": "hosttime", "HostClock": "hosttime", "calibrate": "hosttime",
+    "READ_ALL": "reads", "READ_BOOL": "reads", "READ_FLOAT": "reads", "READ_INT": "reads",
+    "emulated_gpu": "session", "preload": "session", "EmuEvent": "streams", "EmuStream": "streams",
+    "DEFAULT_STREAM": "timeline", "Recorder": "timeline", "recorder_table": "trace",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{mod}")
+    return getattr(module, "MODES" if name == "HOST_TIME_MODES" else name)

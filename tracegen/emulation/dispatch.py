@@ -1,0 +1,278 @@
+"""The ``TorchDispatchMode`` layer (below autograd, so it sees the backward pass too): every ATen
+operator on an emulated tensor becomes GPU work on the recorder's timeline: kernels priced by
+:mod:`tracegen.costmodel`, host<->device copies, and reads of GPU values (``.item()``, ``.cpu()``)
+as D2H copies plus host synchronisations (values from :mod:`tracegen.emulation.reads`)."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from fastrack.schema import CopyDir
+from tracegen import costmodel
+from tracegen.costmodel import TensorInfo
+from tracegen.emulation.reads import _default_read
+from tracegen.emulation.tensors import META, _info, _is_emu, _mark_pinned, _pinned
+
+if TYPE_CHECKING:
+    from tracegen.emulation.timeline import Recorder
+
+aten = torch.ops.aten
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+_NO_KERNEL = {
+    aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default, aten.new_empty.default,
+    aten.new_empty_strided.default, aten.resize_.default, aten.set_.source_Storage_storage_offset,
+    aten.lift_fresh.default, aten.record_stream.default, aten.is_pinned.default, aten.is_same_size.default,
+    aten._has_compatible_shallow_copy_type.default, aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
+    aten.sym_storage_offset.default, aten.set_.source_Tensor, aten.set_.default,
+}
+_DATA_DEPENDENT = {aten.nonzero.default, aten.masked_select.default}
+
+
+class _DispatchMode(TorchDispatchMode):
+    def __init__(self, rec: Recorder):
+        super().__init__()
+        self.rec = rec
+        self.all_results: dict[int, weakref.ref] = {}
+        self._views: dict[Any, bool] = {}
+        self._argnames: dict[Any, list[str]] = {}
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if threading.get_ident() != self.rec.main_ident:
+            return func(*args, **kwargs)
+        self.rec.enter()
+        try:
+            return self._handle(func, args, kwargs)
+        finally:
+            self.rec.leave()
+
+    # ------------------------------------------------------------------------------------
+    def _handle(self, func, args, kwargs):
+        rec = self.rec
+        ns = func.namespace
+        if ns == "profiler":
+            return self._profiler_op(func, args, kwargs)
+        flat, _ = tree_flatten((args, kwargs))
+        emu = [a for a in flat if _is_emu(a)]
+        dev = kwargs.get("device")
+        on_gpu = bool(emu) or (dev is not None and torch.device(dev).type == "meta")
+        if not on_gpu:  # the script's own CPU tensor work
+            return rec.clock.cpu_op(func, *args, **kwargs)
+        if func is aten._local_scalar_dense.default or func is aten.item.default:
+            return self._read_scalar(args[0])
+        if func is aten.is_nonzero.default:
+            return bool(self._read_scalar(args[0]))
+        if func is aten._to_copy.default:
+            return self._to_copy(func, args, kwargs)
+        if func is aten.copy_.default:
+            return self._copy_(func, args, kwargs)
+        if func.overloadpacket is aten.to and _is_emu(args[0]):
+            # under inference_mode ``aten::to`` arrives whole: a move to the CPU is a D2H copy
+            named = self._named_args(func, args, kwargs)
+            dev = named.get("device")
+            if dev is None and isinstance(named.get("other"), torch.Tensor):
+                dev = named["other"].device
+            if dev is not None and torch.device(dev).type == "cpu":
+                kw = {"device": torch.device("cpu"), "dtype": named.get("dtype") or args[0].dtype,
+                      "non_blocking": bool(named.get("non_blocking", False)),
+                      "pin_memory": bool(named.get("pin_memory") or False)}
+                return self._to_copy(aten._to_copy.default, (args[0],), kw)
+        # CPU tensors used by a GPU op: 0-d ones are scalars; others are copied to the device first
+        if any(isinstance(a, torch.Tensor) and not a.is_meta and a.dim() > 0 for a in flat):
+            args, kwargs = self._upload_cpu_tensors(args, kwargs, func)
+        if func in _NO_KERNEL:
+            return rec.modeled(rec.spec.aten_view_host_ns, func, *args, **kwargs)
+        if self._is_view(func):
+            # 'may alias' ops (view, reshape, contiguous, to): a kernel only when they copied
+            out = func(*args, **kwargs)
+            if _aliases_input(out, flat):
+                rec.now += rec.spec.aten_view_host_ns
+            else:
+                rec.now += rec.spec.aten_op_host_ns
+                self._price(func, args, kwargs, out)
+            return out
+        if func in _DATA_DEPENDENT:
+            return self._data_dependent(func, args, kwargs)
+        try:
+            out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
+        except (RuntimeError, NotImplementedError) as exc:
+            out = self._fallback(func, args, kwargs, exc)
+        self._price(func, args, kwargs, out)
+        if func.overloadpacket in (aten.all,) and isinstance(out, torch.Tensor):
+            self.all_results[id(out)] = weakref.ref(out)
+        return out
+
+    def _is_view(self, func) -> bool:
+        v = self._views.get(func)
+        if v is None:
+            rets = func._schema.returns
+            v = bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)
+            v = v or func.is_view
+            self._views[func] = v
+        return v
+
+    def _named_args(self, func, args, kwargs) -> dict:
+        names = self._argnames.get(func)
+        if names is None:
+            names = [a.name for a in func._schema.arguments]
+            self._argnames[func] = names
+        d = dict(zip(names, args))
+        d.update(kwargs)
+        return d
+
+    def _price(self, func, args, kwargs, out):
+        rec = self.rec
+        name = func._schema.name
+        flat_in, _ = tree_flatten((args, kwargs))
+        ins = [_info(a) for a in flat_in if isinstance(a, torch.Tensor)]
+        flat_out, _ = tree_flatten(out)
+        outs = [_info(o) for o in flat_out if isinstance(o, torch.Tensor)]
+        named = self._named_args(func, args, kwargs)
+        extra = {k: named[k] for k in ("is_causal", "groups", "output_mask") if k in named}
+        if name.startswith("aten::_foreach_") or name.startswith("aten::_fused_"):
+            extra["tensor_lists"] = [[_info(t) for t in a] for a in args
+                                     if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
+        # positional ins for gemm ops: keep optional None slots so bias/a/b positions line up
+        pos_ins = [(_info(a) if isinstance(a, torch.Tensor) else None) for a in args if isinstance(a, torch.Tensor) or a is None]
+        tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+        kernels = costmodel.price_op(name, pos_ins if costmodel.op_family(name) == "gemm" else ins, outs, rec.spec,
+                                     args=extra, tf32=tf32, cudnn_tf32=torch.backends.cudnn.allow_tf32)
+        label = _label(name, ins)
+        rec.launch_kernels(name, kernels, label)
+
+    # -- transfers and reads ----------------------------------------------------------------
+    def _to_copy(self, func, args, kwargs):
+        rec = self.rec
+        src = args[0]
+        dev = kwargs.get("device")
+        dst_meta = dev is not None and torch.device(dev).type == "meta"
+        if not src.is_meta and dst_meta:  # H2D
+            out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
+            nb = bool(kwargs.get("non_blocking", False))
+            rec.memcpy(CopyDir.H2D, src.numel() * src.element_size(), _pinned(src), nb, "aten::_to_copy")
+            return out
+        if src.is_meta and dev is not None and torch.device(dev).type == "cpu":  # D2H
+            dtype = kwargs.get("dtype") or src.dtype
+            nb = bool(kwargs.get("non_blocking", False))
+            pinned = bool(kwargs.get("pin_memory", False))
+            rec.memcpy(CopyDir.D2H, src.numel() * src.element_size(), pinned, nb, "aten::_to_copy")
+            out = torch.full(tuple(src.shape), self._read_value(src, dtype), dtype=dtype)
+            return _mark_pinned(out) if pinned else out
+        out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
+        if src.is_meta and isinstance(out, torch.Tensor) and out.is_meta and out.dtype != src.dtype:
+            self._price(func, args, kwargs, out)
+        elif src.is_meta and isinstance(out, torch.Tensor) and out is not src:
+            rec.memcpy(CopyDir.D2D, src.numel() * src.element_size(), False, True, "aten::_to_copy")
+        return out
+
+    def _copy_(self, func, args, kwargs):
+        rec = self.rec
+        dst, src = args[0], args[1]
+        nb = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        if dst.is_meta and not src.is_meta:
+            rec.memcpy(CopyDir.H2D, src.numel() * src.element_size(), _pinned(src), nb, "aten::copy_")
+            return dst
+        if not dst.is_meta and src.is_meta:
+            rec.memcpy(CopyDir.D2H, src.numel() * src.element_size(), _pinned(dst), nb, "aten::copy_")
+            dst.fill_(self._read_value(src, dst.dtype))
+            return dst
+        out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
+        if (dst.dtype == src.dtype and dst.is_contiguous() and src.is_contiguous()
+                and tuple(dst.shape) == tuple(src.shape)):
+            rec.memcpy(CopyDir.D2D, src.numel() * src.element_size(), False, True, "aten::copy_")
+        else:
+            self._price(func, args, kwargs, out)
+        return out
+
+    def _read_value(self, t: torch.Tensor, dtype: torch.dtype):
+        ref = self.all_results.get(id(t))
+        return _default_read(dtype, produced_by_all=ref is not None and ref() is t)
+
+    def _read_scalar(self, t: torch.Tensor):
+        # PyTorch copies a scalar read into a pinned staging buffer, then synchronises the stream
+        self.rec.memcpy(CopyDir.D2H, t.element_size(), True, False, "aten::_local_scalar_dense")
+        v = self._read_value(t, t.dtype)
+        if t.dtype == torch.bool:
+            return bool(v)
+        if t.dtype.is_floating_point:
+            return float(v)
+        return int(v)
+
+    def _upload_cpu_tensors(self, args, kwargs, func):
+        rec = self.rec
+
+        def up(a):
+            if isinstance(a, torch.Tensor) and not a.is_meta and a.dim() > 0:
+                rec.memcpy(CopyDir.H2D, a.numel() * a.element_size(), _pinned(a), True, func._schema.name)
+                return a.to(META)
+            return a
+
+        return tree_map(up, args), tree_map(up, kwargs)
+
+    # -- special operators ----------------------------------------------------------------
+    def _profiler_op(self, func, args, kwargs):
+        rec = self.rec
+        name = func._schema.name
+        if "record_function_enter" in name:
+            handle = func(*args, **kwargs)
+            m = _STEP_RE.match(str(args[0]) if args else "")
+            if m:
+                rec.saw_explicit_step = True
+                rec.step_stack.append((handle, rec.explicit_step))
+                rec.explicit_step = int(m.group(1))
+            return handle
+        if "record_function_exit" in name:
+            if rec.step_stack and args and rec.step_stack[-1][0] is args[0]:
+                rec.explicit_step = rec.step_stack.pop()[1]
+            return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+    def _data_dependent(self, func, args, kwargs):
+        """Data-dependent output sizes: assume every element is selected (see docs/capture.md)."""
+        rec = self.rec
+        x = args[0]
+        if func is aten.nonzero.default:
+            out = torch.empty((x.numel(), x.dim()), dtype=torch.long, device=META)
+        else:  # masked_select
+            shape = torch.broadcast_shapes(tuple(x.shape), tuple(args[1].shape))
+            out = torch.empty((math.prod(shape),), dtype=x.dtype, device=META)
+        self._price(func, args, kwargs, out)
+        rec.memcpy(CopyDir.D2H, 8, False, False, func._schema.name)  # the size read back
+        return out
+
+    def _fallback(self, func, args, kwargs, exc):
+        """Boolean-mask indexing on meta tensors: treat every mask element as selected."""
+        if func is aten.index.Tensor:
+            idx = []
+            for i in args[1]:
+                if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
+                    n = i.numel()
+                    idx.extend(torch.empty((n,), dtype=torch.long, device=META) for _ in range(i.dim()))
+                else:
+                    idx.append(i)
+            self.rec.memcpy(CopyDir.D2H, 8, False, False, "aten::nonzero")
+            return func(args[0], idx)
+        raise exc
+
+
+def _aliases_input(out, flat_inputs) -> bool:
+    storages = {a.untyped_storage()._cdata for a in flat_inputs if isinstance(a, torch.Tensor)}
+    outs, _ = tree_flatten(out)
+    return all(o.untyped_storage()._cdata in storages for o in outs if isinstance(o, torch.Tensor))
+
+
+def _label(name: str, ins: list[TensorInfo]) -> str:
+    shapes = ", ".join("x".join(str(d) for d in t.shape) or "scalar" for t in ins[:3])
+    dtype = ins[0].dtype if ins else ""
+    return f"{name} [{shapes}] {dtype}".rstrip()
+
+

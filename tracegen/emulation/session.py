@@ -1,0 +1,38 @@
+"""An emulated GPU session: the ``torch.cuda`` patches, the function mode, the dispatch mode and
+the host-time hooks, all at once around the script."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+from tracegen.emulation.cuda_api import patched_torch
+from tracegen.emulation.dispatch import _DispatchMode
+from tracegen.emulation.function_mode import _FunctionMode
+from tracegen.emulation.hosttime import calibrate
+from tracegen.emulation.timeline import Recorder
+
+
+def preload():
+    """Import what torch imports lazily, before the patches and the clock start."""
+    import torch._dynamo  # noqa: F401  (imported by nn.Module construction otherwise)
+
+
+@contextlib.contextmanager
+def emulated_gpu(rec: Recorder):
+    """Everything at once: patches, the function mode, the dispatch mode, host-time hooks."""
+    preload()
+    with patched_torch(rec) as fmode_ref, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*meta.*")
+        fmode = _FunctionMode(rec)
+        fmode_ref.append(fmode)
+        dmode = _DispatchMode(rec)
+        if rec.clock.measured:
+            rec.clock.intercept_ns = calibrate(rec, fmode, dmode)
+        remove_hooks = rec.clock.install_hooks()
+        rec.clock.restart()
+        try:
+            with fmode, dmode:
+                yield rec
+        finally:
+            remove_hooks()

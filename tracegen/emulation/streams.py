@@ -1,0 +1,92 @@
+"""Stand-ins for ``torch.cuda.Stream`` and ``torch.cuda.Event``: they act on the active
+:class:`~tracegen.emulation.timeline.Recorder` (stream ids, ``cudaEventRecord`` /
+``cudaStreamWaitEvent`` runtime ops, synchronisations, elapsed time on the emulated GPU)."""
+
+from __future__ import annotations
+
+import torch
+
+from tracegen.emulation.timeline import _active
+
+class EmuEvent:
+    """Stand-in for ``torch.cuda.Event``."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **_kw):
+        self.op: int | None = None  # index of the last GPU op before the record
+        self.time: int | None = None  # GPU time (ns) at which the event completes
+        self.enable_timing = enable_timing
+
+    def record(self, stream=None):
+        _active().event_record(self, stream)
+
+    def wait(self, stream=None):
+        _active().stream_wait_event(stream, self)
+
+    def synchronize(self):
+        _active().event_sync(self)
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: "EmuEvent") -> float:
+        """Milliseconds between two recorded events on the emulated GPU timeline."""
+        if self.time is None or end.time is None:
+            raise RuntimeError("elapsed_time: both events must have been recorded")
+        return (end.time - self.time) / 1e6
+
+
+class EmuStream:
+    """Stand-in for ``torch.cuda.Stream``."""
+
+    def __init__(self, device=None, priority: int = 0, *, _stream_id: int | None = None, **_kw):
+        self.stream_id = _stream_id if _stream_id is not None else _active().new_stream_id()
+        self.priority = priority
+        self.device = torch.device("cuda", 0)
+        self.device_index = 0
+        self.device_type = 1
+
+    @property
+    def cuda_stream(self) -> int:
+        return self.stream_id
+
+    def wait_stream(self, other: "EmuStream"):
+        ev = EmuEvent()
+        ev.record(other)
+        ev.wait(self)
+
+    def wait_event(self, event: EmuEvent):
+        event.wait(self)
+
+    def record_event(self, event: EmuEvent | None = None) -> EmuEvent:
+        event = event or EmuEvent()
+        event.record(self)
+        return event
+
+    def synchronize(self):
+        _active().stream_sync(self.stream_id)
+
+    def query(self) -> bool:
+        return True
+
+    def is_capturing(self) -> bool:
+        return False
+
+    def __eq__(self, other):
+        return isinstance(other, EmuStream) and other.stream_id == self.stream_id
+
+    def __hash__(self):
+        return hash(("emu-stream", self.stream_id))
+
+    def __repr__(self):
+        return f"<torch.cuda.Stream device=cuda:0 cuda_stream={self.stream_id} (emulated)>"
+
+    def __enter__(self):
+        rec = _active()
+        self._prev = rec.current_stream
+        rec.current_stream = self
+        return self
+
+    def __exit__(self, *exc):
+        _active().current_stream = self._prev
+        return False
+

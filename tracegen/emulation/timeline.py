@@ -1,0 +1,252 @@
+"""The virtual timeline of one emulated capture: host ops on the main thread, GPU ops on
+in-order streams, and the composite actions (kernel launch, memcpy, memset, synchronisation,
+events) the emulator's layers emit. Durations come from :mod:`tracegen.costmodel`; how host time
+advances between the emulator's handlers is :mod:`tracegen.emulation.hosttime`."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
+from tracegen import costmodel
+from tracegen.costmodel import GpuSpec
+from tracegen.emulation.hosttime import HostClock
+
+if TYPE_CHECKING:
+    from tracegen.emulation.streams import EmuEvent
+
+DEFAULT_STREAM = 7  # the id CUPTI gives the default stream in Kineto traces
+
+
+@dataclass
+class _Op:
+    kind: OpKind
+    name: str
+    start: int
+    dur: int
+    thread: int = -1
+    stream: int = -1
+    bytes: int = 0
+    copy_dir: CopyDir = CopyDir.NONE
+    host_mem: HostMem = HostMem.NONE
+    correlation: int = -1
+    opt_step: int = 0
+    explicit_step: int = -1
+    deps: list = field(default_factory=list)  # [(index, DepKind)]
+
+    @property
+    def end(self) -> int:
+        return self.start + self.dur
+
+
+
+_ACTIVE: list["Recorder"] = []
+
+
+def _active() -> "Recorder":
+    if not _ACTIVE:
+        raise RuntimeError("no emulated GPU is active")
+    return _ACTIVE[-1]
+
+
+class Recorder:
+    """The virtual timeline of one emulated capture."""
+
+    def __init__(self, spec: GpuSpec, host_time: str = "modelled"):
+        self.spec = spec
+        self.clock = HostClock(self, host_time)
+        self.ops: list[_Op] = []
+        self.thread = threading.get_native_id()
+        self.main_ident = threading.get_ident()
+        self.now = 0  # virtual host time, ns
+        self.host_end = 0  # end of the last host op written
+        self.last_host: int | None = None  # index of the last host op
+        self.stream_free: dict[int, int] = {}
+        self.stream_last: dict[int, int] = {}
+        self.stream_pending_events: dict[int, list[int]] = {}
+        self.stream_ready: dict[int, int] = {}
+        self._next_stream = DEFAULT_STREAM + 6
+        self.default_stream = None  # created lazily (needs _ACTIVE)
+        self.current_stream = None
+        self.correlation = 0
+        self.opt_steps = 0
+        self.explicit_step = -1
+        self.saw_explicit_step = False
+        self.step_stack: list[tuple[Any, int]] = []
+        self.gpu_ops = 0
+        self.cpu_op_name = "cpu"
+
+    # -- host time (tracegen.emulation.hosttime) -------------------------------------------
+    def enter(self):
+        self.clock.enter()
+
+    def leave(self):
+        self.clock.leave()
+
+    def counted(self, fn: Callable, *a, **kw):
+        """Run ``fn`` (the script's or PyTorch's own host work) as host time."""
+        return self.clock.counted(fn, *a, **kw)
+
+    def modeled(self, host_ns: int, fn: Callable, *a, **kw):
+        """Run ``fn`` (an operator on meta tensors) outside the host time and charge ``host_ns``,
+        the modeled host cost of that operator on a real GPU server, instead."""
+        out = fn(*a, **kw)
+        self.now += host_ns
+        return out
+
+    # -- op emission ----------------------------------------------------------------------
+    def _add(self, op: _Op) -> int:
+        op.opt_step = self.opt_steps
+        op.explicit_step = self.explicit_step
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+    def host(self, kind: OpKind, name: str, dur: int, gap_name: str | None = None) -> int:
+        """A host op at the current virtual time (after an explicit cpu op for any gap)."""
+        if self.now > self.host_end:
+            self._host_raw(OpKind.CPU, gap_name or self.cpu_op_name, self.host_end, self.now - self.host_end)
+        idx = self._host_raw(kind, name, self.now, dur)
+        self.now = self.host_end = self.now + dur
+        return idx
+
+    def _host_raw(self, kind, name, start, dur) -> int:
+        op = _Op(kind, name, start, max(0, int(dur)), thread=self.thread)
+        if self.last_host is not None:
+            op.deps.append((self.last_host, DepKind.PROGRAM))
+        idx = self._add(op)
+        self.last_host = idx
+        self.host_end = start + op.dur
+        return idx
+
+    def stream_id(self, stream=None) -> int:
+        if stream is None:
+            stream = self.current_stream
+        if stream is None:
+            return DEFAULT_STREAM
+        return getattr(stream, "stream_id", DEFAULT_STREAM)
+
+    def new_stream_id(self) -> int:
+        self._next_stream += 1
+        return self._next_stream
+
+    def gpu(self, kind: OpKind, name: str, dur: int, launch: int, *, stream: int | None = None,
+            nbytes: int = 0, copy_dir: CopyDir = CopyDir.NONE, host_mem: HostMem = HostMem.NONE) -> int:
+        s = self.stream_id() if stream is None else stream
+        lop = self.ops[launch]
+        start = max(lop.end + self.spec.launch_latency_ns, self.stream_free.get(s, 0), self.stream_ready.pop(s, 0))
+        op = _Op(kind, name, start, max(1, int(dur)), stream=s, bytes=int(nbytes), copy_dir=copy_dir,
+                 host_mem=host_mem, correlation=lop.correlation)
+        op.deps.append((launch, DepKind.LAUNCH))
+        if s in self.stream_last:
+            op.deps.append((self.stream_last[s], DepKind.STREAM))
+        for ev_op in self.stream_pending_events.pop(s, []):
+            op.deps.append((ev_op, DepKind.EVENT))
+        idx = self._add(op)
+        self.stream_free[s] = op.end
+        self.stream_last[s] = idx
+        self.gpu_ops += 1
+        return idx
+
+    def runtime(self, name: str, dur: int, gap_name: str | None = None) -> int:
+        idx = self.host(OpKind.RUNTIME, name, dur, gap_name)
+        self.correlation += 1
+        self.ops[idx].correlation = self.correlation
+        return idx
+
+    def sync(self, name: str, waits: list[int]) -> int:
+        """A host op that blocks until the GPU ops ``waits`` have finished, and returns
+        ``sync_return_ns`` after that (or after its start, when nothing is pending)."""
+        waits = [w for w in waits if w is not None]
+        end = max([self.ops[w].end for w in waits], default=0)
+        dur = max(end, self.now) + self.spec.sync_return_ns - self.now
+        idx = self.host(OpKind.SYNC, name, dur)
+        self.ops[idx].deps.extend((w, DepKind.SYNC) for w in waits)
+        return idx
+
+    # -- composite actions ----------------------------------------------------------------
+    def launch_kernels(self, op_name: str, kernels: list[costmodel.KernelCost], label: str) -> None:
+        for kc in kernels:
+            rt = self.runtime("cudaLaunchKernel", self.spec.launch_kernel_ns, gap_name=op_name)
+            self.gpu(OpKind.KERNEL, label, kc.dur_ns, rt)
+
+    def memcpy(self, direction: CopyDir, nbytes: int, pinned: bool, non_blocking: bool, op_name: str) -> int:
+        """cudaMemcpyAsync (+ the synchronisation PyTorch adds when it is blocking)."""
+        spec = self.spec
+        if direction == CopyDir.D2D:
+            dur = costmodel.d2d_ns(nbytes, spec)
+            mem = HostMem.NONE
+            label = "Memcpy DtoD (Device -> Device)"
+        else:
+            dur = costmodel.h2d_d2h_ns(nbytes, pinned, spec)
+            mem = HostMem.PINNED if pinned else HostMem.PAGEABLE
+            kind = "Pinned" if pinned else "Pageable"
+            label = ("Memcpy HtoD (%s -> Device)" if direction == CopyDir.H2D else "Memcpy DtoH (Device -> %s)") % kind
+        rt = self.runtime("cudaMemcpyAsync", spec.memcpy_call_ns, gap_name=op_name)
+        g = self.gpu(OpKind.MEMCPY, label, dur, rt, nbytes=nbytes, copy_dir=direction, host_mem=mem)
+        if direction == CopyDir.D2D:
+            return g
+        if not pinned and (direction == CopyDir.D2H or non_blocking):
+            # the driver stages pageable memory: the call itself returns only when the copy is done
+            self.sync("cudaMemcpyAsync", [g])
+        elif not non_blocking:
+            self.sync("cudaStreamSynchronize", [g])
+        return g
+
+    def memset(self, nbytes: int, op_name: str) -> int:
+        rt = self.runtime("cudaMemsetAsync", self.spec.memset_call_ns, gap_name=op_name)
+        return self.gpu(OpKind.MEMSET, "Memset (Device)", costmodel.memset_ns(nbytes, self.spec), rt, nbytes=nbytes)
+
+    def stream_sync(self, stream_id: int | None = None):
+        self.enter()
+        try:
+            s = self.stream_id() if stream_id is None else stream_id
+            self.sync("cudaStreamSynchronize", [self.stream_last.get(s)])
+        finally:
+            self.leave()
+
+    def device_sync(self):
+        self.enter()
+        try:
+            self.sync("cudaDeviceSynchronize", list(self.stream_last.values()))
+        finally:
+            self.leave()
+
+    def event_record(self, ev: EmuEvent, stream=None):
+        self.enter()
+        try:
+            s = self.stream_id(stream)
+            self.runtime("cudaEventRecord", self.spec.event_call_ns)
+            ev.op = self.stream_last.get(s)
+            ev.time = max(self.stream_free.get(s, 0), self.now)
+        finally:
+            self.leave()
+
+    def stream_wait_event(self, stream, ev: EmuEvent):
+        self.enter()
+        try:
+            s = self.stream_id(stream)
+            self.runtime("cudaStreamWaitEvent", self.spec.event_call_ns)
+            if ev.op is not None:
+                self.stream_pending_events.setdefault(s, []).append(ev.op)
+            if ev.time is not None:
+                self.stream_ready[s] = max(self.stream_ready.get(s, 0), ev.time)
+        finally:
+            self.leave()
+
+    def event_sync(self, ev: EmuEvent):
+        self.enter()
+        try:
+            self.sync("cudaEventSynchronize", [ev.op])
+        finally:
+            self.leave()
+
+    def optimizer_step_done(self, *_a, **_kw):
+        self.opt_steps += 1
+
+    def explicit_step_boundary(self):
+        """``torch.profiler.profile.step()`` in the script: a new ProfilerStep begins."""
+        self.saw_explicit_step = True
+        self.explicit_step = self.explicit_step + 1 if self.explicit_step >= 0 else 0
+

@@ -1,0 +1,46 @@
+"""Trace assembly: the schema-v1 table of a finished emulated recording (rows sorted by start,
+host before GPU at equal start; steps from ``ProfilerStep#N`` annotations if any, else from
+``optimizer.step()`` calls; origin at the earliest op)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from fastrack.schema import OpKind
+from fastrack.traceio import make_table
+
+
+def recorder_table(rec) -> pa.Table:
+    """The schema-v1 table of an emulated capture (rows sorted by start, host before GPU)."""
+    ops = rec.ops
+    use_explicit = rec.saw_explicit_step
+    order = sorted(range(len(ops)), key=lambda i: (ops[i].start, ops[i].kind.on_gpu, i))
+    new = {old: new for new, old in enumerate(order)}
+    cols: dict[str, list] = {k: [] for k in ("op_id", "device", "thread", "stream", "kind", "name", "start_ns",
+                                              "dur_ns", "bytes", "copy_dir", "host_mem", "correlation", "step",
+                                              "deps", "dep_kinds")}
+    last_step = rec.opt_steps
+    for i in order:
+        op = ops[i]
+        if use_explicit:
+            step = op.explicit_step
+        else:
+            step = op.opt_step if op.opt_step < last_step else -1
+        cols["op_id"].append(new[i])
+        cols["device"].append(-1 if op.kind == OpKind.CPU else 0)
+        cols["thread"].append(op.thread if not op.kind.on_gpu else -1)
+        cols["stream"].append(op.stream if op.kind.on_gpu else -1)
+        cols["kind"].append(op.kind.label)
+        cols["name"].append(op.name)
+        cols["start_ns"].append(op.start)
+        cols["dur_ns"].append(op.dur)
+        cols["bytes"].append(op.bytes)
+        cols["copy_dir"].append(op.copy_dir.label)
+        cols["host_mem"].append(op.host_mem.label)
+        cols["correlation"].append(op.correlation)
+        cols["step"].append(step)
+        cols["deps"].append([new[d] for d, _ in op.deps])
+        cols["dep_kinds"].append([int(k) for _, k in op.deps])
+    t0 = min(cols["start_ns"]) if cols["start_ns"] else 0
+    cols["start_ns"] = [s - t0 for s in cols["start_ns"]]
+    return make_table(cols)
