@@ -16,6 +16,7 @@ from replay.report import format_summary
 
 COMMANDS = {
     "compare": "replay.compare:command",
+    "export-gem5": "replay.export_gem5:command",
     "sweep": "replay.sweep:command",
     "sensitivity": "replay.sensitivity:command",
     "plot": "replay.plot:command",
@@ -58,17 +59,26 @@ def model_options(func):
 @model_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @click.option("--timeline", type=click.Path(dir_okay=False), help="Write a Perfetto/chrome://tracing JSON timeline.")
+@click.option("--reference/--no-reference", default=True, show_default=True,
+              help="Also replay under 'none' (same model) to report the slowdown.")
 @reports_errors
-def run_command(trace, protocol, model, preset, overrides, as_json, timeline):
+def run_command(trace, protocol, model, preset, overrides, as_json, timeline, reference):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
-    from replay.run import replay_trace
+    from replay.run import load_graph, replay_graph
     from replay.timeline import write_timeline
 
-    rep = replay_trace(trace, protocol=protocol, model=model, preset=preset, overrides=overrides)
+    graph, tr = load_graph(trace)
+    rep = replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops)
     if timeline:
         write_timeline(timeline, rep.graph, rep.schedule, protocol)
     out = rep.result.to_dict()
     out["trace"] = str(trace)
+    out["emulated"] = bool(tr.metadata.get("emulated", False))
+    out["trace_source"] = {k: tr.metadata.get(k) for k in ("source_format", "gpu_model", "device_model", "trace_name")}
+    if protocol not in ("captured", "none") and reference:
+        ref = replay_graph(graph, "none", model, preset, overrides, trace_ops=tr.num_ops).result
+        out["reference"] = {"protocol": "none", "makespan_ns": ref.makespan_ns}
+        out["slowdown_vs_none"] = round(rep.result.makespan_ns / ref.makespan_ns, 6) if ref.makespan_ns else None
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
     else:

@@ -24,6 +24,11 @@ def format_summary(d: dict[str, Any]) -> str:
     lines.append(f"ops        {d['ops']:,} ({d['nodes']:,} nodes after transform), ranks {len(d['ranks'])}")
     lines.append(f"makespan   {fmt_ns(d['makespan_ns'])}   captured span {fmt_ns(d['captured_span_ns'])}"
                  f"   ({fmt_pct(d.get('error_vs_captured'))} vs captured)")
+    if d.get("emulated"):
+        lines.append("note: the trace was captured on an emulated GPU: kernel and host times come from a cost model")
+    if d.get("slowdown_vs_none") is not None:
+        lines.append(f"slowdown   {d['slowdown_vs_none']:.3f}x vs no TEE ('none': {fmt_ns(d['reference']['makespan_ns'])},"
+                     f" same model and preset)")
     if len(d["per_rank"]) > 1:
         lines.append("per rank:")
         for r in d["per_rank"]:
