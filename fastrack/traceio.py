@@ -32,7 +32,7 @@ from fastrack.schema import (
 )
 
 # Defaults used by make_table for columns a writer does not provide.
-_DEFAULTS: dict[str, Any] = {
+COLUMN_DEFAULTS: dict[str, Any] = {
     "rank": 0,
     "device": -1,
     "thread": -1,
@@ -89,7 +89,7 @@ def make_table(columns: Mapping[str, Any]) -> pa.Table:
         elif name in ("deps", "dep_kinds"):
             values = [[] for _ in range(n)]
         else:
-            values = [_DEFAULTS[name]] * n
+            values = [COLUMN_DEFAULTS[name]] * n
         if isinstance(values, (pa.Array, pa.ChunkedArray)):
             arr = values.cast(typ) if values.type != typ else values
         elif pa.types.is_dictionary(typ):

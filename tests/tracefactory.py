@@ -26,9 +26,9 @@ def table(ops):
 
 
 def _default(k):
-    from fastrack.traceio import _DEFAULTS
+    from fastrack.traceio import COLUMN_DEFAULTS
 
-    return _DEFAULTS.get(k)
+    return COLUMN_DEFAULTS.get(k)
 
 
 def write(path, ops, **meta):

@@ -116,7 +116,7 @@ import pyarrow as pa
 
 from fastrack.errors import TraceFormatError
 from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
-from fastrack.traceio import make_table
+from fastrack.traceio import COLUMN_DEFAULTS, make_table
 
 HINT_COLUMNS: dict[str, Any] = {
     "sync_stream": -1,
@@ -126,22 +126,7 @@ HINT_COLUMNS: dict[str, Any] = {
     "wait_stream": -1,
     "blocking": False,
 }
-RAW_DEFAULTS: dict[str, Any] = {
-    "rank": 0,
-    "device": -1,
-    "thread": -1,
-    "stream": -1,
-    "bytes": 0,
-    "copy_dir": None,
-    "host_mem": None,
-    "coll_type": None,
-    "coll_bytes": 0,
-    "coll_group": None,
-    "coll_seq": -1,
-    "correlation": -1,
-    "step": -1,
-    **HINT_COLUMNS,
-}
+RAW_DEFAULTS: dict[str, Any] = {**COLUMN_DEFAULTS, **HINT_COLUMNS}
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _I64_MIN = np.iinfo(np.int64).min
 _KIND_LABELS = np.array([k.label for k in OpKind], dtype=object)
