@@ -6,7 +6,7 @@ from click.testing import CliRunner
 
 from replay.cli import main
 from test_build import launch_trace
-from tracefactory import write
+from tracefactory import op, write
 
 
 def test_json_output_has_the_contract_keys(tmp_path):
@@ -46,3 +46,27 @@ def test_bad_timeline_target_leaves_nothing(tmp_path):
     tl = tmp_path / "tl.json"
     r = CliRunner().invoke(main, [str(p), "--timeline", str(tl)])
     assert r.exit_code == 2 and not tl.exists()
+
+
+def copy_trace():
+    mib8 = 8 << 20
+    return [
+        op("runtime", "cudaMemcpyAsync", 0, 5_000, thread=1),
+        op("memcpy", "Memcpy HtoD (Pinned -> Device)", 6_000, 170_000, stream=7, device=0, bytes=mib8,
+           copy_dir="H2D", host_mem="pinned", deps=[(0, "launch")]),
+        op("sync", "cudaStreamSynchronize", 5_000, 175_000, thread=1, deps=[(0, "program"), (1, "sync")]),
+    ]
+
+
+def test_tee_timeline_has_resource_tracks_and_bounce_counter(tmp_path):
+    p = write(tmp_path / "c.parquet", copy_trace())
+    tl = tmp_path / "tl.json"
+    r = CliRunner().invoke(main, ["--protocol", "baseline", str(p), "--timeline", str(tl), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["slowdown_vs_none"] > 1 and d["preset"] and d["params_digest"]
+    events = json.loads(tl.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"pcie_h2d", "copy_engines", "gpu_auth"} <= tracks
+    counter = [e["args"]["slots"] for e in events if e["ph"] == "C"]
+    assert counter and min(counter) >= 0 and counter[-1] == 0 and max(counter) >= 1
