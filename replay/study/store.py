@@ -1,0 +1,211 @@
+"""Where a study's results go: resumable part files, then one atomically written Parquet table.
+
+Finished points are appended, in small chunks (every ``CHUNK_ROWS`` points or ``CHUNK_SECONDS``
+seconds), as Parquet files to ``<output>.parts/``, each written to a temporary name and renamed.
+When the last point is done the parts and any earlier output are compacted into ``<output>``
+(atomically: temporary name, then rename) and the part directory is removed. An interrupted
+study therefore loses at most the points of one unwritten chunk (on Ctrl-C or an error, not even
+those: the buffer is flushed first); re-running it skips every point whose key is already in
+``<output>`` or its parts. The output's Parquet metadata (key ``fastrack.study``, :data:`META_KEY`)
+holds the study fingerprint; an output or part directory with another fingerprint is refused
+unless ``overwrite`` is given.
+
+The table has one row per point (:data:`FIXED_COLUMNS`, then every resolved model parameter as a
+``section.key`` column, then the critical path per category), sorted by (trace, preset, swept
+parameter values, protocol, key): the same table, row for row, whatever the executor, the worker
+count, the completion order or how often the study was resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from fastrack import __version__
+from fastrack.atomic import atomic_path, write_text_atomic
+from fastrack.errors import ConfigError
+from replay.study.points import Point, canonical_json
+
+META_KEY = b"fastrack.study"
+CHUNK_ROWS = 200  # points per part file (at most)
+CHUNK_SECONDS = 10.0  # ... or this long since the last part was written
+FIXED_COLUMNS = (
+    "key", "trace", "trace_sha256", "protocol", "model", "preset", "preset_digest", "params_digest",
+    "fastrack_version", "none_key", "makespan_ns", "slowdown", "captured_span_ns", "ops", "nodes",
+)
+
+
+def _category_labels() -> list[str]:
+    from replay.graph import Category
+
+    return [c.label for c in Category]
+
+
+def _param_value(v: Any) -> Any:
+    return v if isinstance(v, (bool, int, float, str)) or v is None else json.dumps(v, sort_keys=True)
+
+
+def make_row(p: Point, r: Mapping[str, Any]) -> dict[str, Any]:
+    """The table row of point ``p`` from its worker result ``r``."""
+    row: dict[str, Any] = {
+        "key": p.key, "trace": p.trace, "trace_sha256": p.trace_sha, "protocol": p.protocol, "model": p.model,
+        "preset": p.resolved.preset, "preset_digest": p.preset_digest, "params_digest": p.resolved.digest,
+        "fastrack_version": r.get("version", __version__), "none_key": p.none_key,
+    }
+    row.update({k: _param_value(v) for k, v in p.resolved.flat.items()})
+    row.update({"makespan_ns": r["makespan_ns"], "captured_span_ns": r["captured_span_ns"], "ops": r["ops"],
+                "nodes": r["nodes"]})
+    for c in _category_labels():
+        row[f"cp_{c}_ns"] = int(r["cp"].get(c, 0))
+    return row
+
+
+def read_meta(path: Path) -> dict[str, Any] | None:
+    """The study metadata of a results file, or None when it is not one."""
+    import pyarrow.parquet as pq
+
+    try:
+        md = pq.read_schema(path).metadata or {}
+    except Exception:  # noqa: BLE001 - any unreadable file is "not a study"
+        return None
+    raw = md.get(META_KEY)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+class ResultStore:
+    """Finished points in ``<out>.parts/part-*.parquet`` until compaction into ``<out>``."""
+
+    def __init__(self, out: str | os.PathLike, fingerprint: str, meta: dict[str, Any], overwrite: bool = False,
+                 chunk_rows: int = CHUNK_ROWS, chunk_seconds: float = CHUNK_SECONDS):
+        self.out = Path(out)
+        self.parts = self.out.with_name(self.out.name + ".parts")
+        self.fingerprint = fingerprint
+        self.meta = dict(meta, fingerprint=fingerprint)
+        self.chunk_rows = chunk_rows
+        self.chunk_seconds = chunk_seconds
+        self.buffer: list[dict[str, Any]] = []
+        self.last_flush = time.monotonic()
+        self.keep_out = not overwrite  # with --overwrite, the old output is replaced at compaction
+        if self.out.suffix.lower() != ".parquet":
+            raise ConfigError(f"-o {self.out}: the results file must end in .parquet")
+        if overwrite:
+            if self.parts.exists():
+                shutil.rmtree(self.parts)
+        else:
+            self._check_existing()
+
+    def _refuse(self, what: str) -> None:
+        raise ConfigError(f"{what}; use a new -o or --overwrite", path=str(self.out))
+
+    def _check_existing(self) -> None:
+        if self.out.exists():
+            meta = read_meta(self.out)
+            if meta is None:
+                self._refuse("exists and was not written by replay sweep")
+            if meta.get("fingerprint") != self.fingerprint:
+                self._refuse(f"written by a different study (fingerprint {str(meta.get('fingerprint'))[:12]}, "
+                             f"this study {self.fingerprint[:12]})")
+        marker = self.parts / "study.json"
+        if self.parts.exists() and not self._part_files():  # nothing finished there: not worth keeping
+            shutil.rmtree(self.parts, ignore_errors=True)
+        if self.parts.exists():
+            try:
+                meta = json.loads(marker.read_text())
+            except (OSError, ValueError):
+                meta = {}
+            if meta.get("fingerprint") != self.fingerprint:
+                self._refuse(f"unfinished parts of a different study in {self.parts}")
+
+    def _part_files(self) -> list[Path]:
+        return sorted(self.parts.glob("part-*.parquet")) if self.parts.exists() else []
+
+    def _inputs(self) -> list[Path]:
+        return ([self.out] if self.keep_out and self.out.exists() else []) + self._part_files()
+
+    def done_keys(self) -> set[str]:
+        import pyarrow.parquet as pq
+
+        keys: set[str] = set()
+        for f in self._inputs():
+            keys.update(pq.read_table(f, columns=["key"]).column("key").to_pylist())
+        return keys
+
+    def up_to_date(self) -> bool:
+        """The output holds the whole study already and no part waits to be merged."""
+        return self.keep_out and self.out.exists() and not self._part_files()
+
+    def discard_parts(self) -> None:
+        shutil.rmtree(self.parts, ignore_errors=True)
+
+    def add(self, rows: Iterable[dict[str, Any]]) -> None:
+        self.buffer.extend(rows)
+        if len(self.buffer) >= self.chunk_rows or time.monotonic() - self.last_flush >= self.chunk_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buffer:
+            return
+        import pandas as pd
+
+        df = pd.DataFrame.from_records(self.buffer)
+        if not self.parts.exists():
+            self.parts.mkdir(parents=True)
+            write_text_atomic(self.parts / "study.json", canonical_json(self.meta))
+        name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+        _write_parquet(df, self.parts / name, self.meta)
+        self.buffer = []
+        self.last_flush = time.monotonic()
+
+    def compact(self, complete: bool, swept: Sequence[str]) -> int:
+        """Merge the output and the parts into the output (atomically); returns its row count."""
+        import pandas as pd
+
+        self.flush()
+        frames = [pd.read_parquet(f) for f in self._inputs()]
+        frames = [f for f in frames if len(f)]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(FIXED_COLUMNS))
+        df = finish_table(df, swept)
+        _write_parquet(df, self.out, dict(self.meta, complete=complete, rows=len(df)))
+        self.discard_parts()
+        return len(df)
+
+
+def finish_table(df, swept: Sequence[str]):
+    """Deduplicate, add slowdown vs none, order the columns and sort the rows canonically."""
+    import numpy as np
+    import pandas as pd
+
+    df = df.drop_duplicates("key", keep="first")
+    ref = df.set_index("key")["makespan_ns"]
+    none = df["none_key"].map(ref) if "none_key" in df else pd.Series(np.nan, index=df.index)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = df.assign(slowdown=(df["makespan_ns"].astype("float64") / none.astype("float64")).round(9))
+    param_cols = sorted(c for c in df.columns if "." in c)
+    cp_cols = [c for c in df.columns if c.startswith("cp_")]
+    first = [c for c in FIXED_COLUMNS if c in df.columns]
+    df = df[first + param_cols + cp_cols + [c for c in df.columns if c not in set(first + param_cols + cp_cols)]]
+    sort_cols = ["trace", "preset", *[c for c in swept if c in df.columns], "protocol", "key"]
+    df = df.sort_values(sort_cols, kind="mergesort", na_position="last").reset_index(drop=True)
+    return df
+
+
+def _write_parquet(df, path: Path, meta: Mapping[str, Any]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    md = dict(table.schema.metadata or {})
+    md[META_KEY] = canonical_json(meta).encode()
+    table = table.replace_schema_metadata(md)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")

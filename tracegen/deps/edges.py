@@ -1,0 +1,46 @@
+"""Dependency edges as they are found, and their CSR form (``deps`` / ``dep_kinds`` columns)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from fastrack.schema import DepKind
+from tracegen.deps.search import EMPTY
+
+
+class Edges:
+    """Edges ``dst depends on src`` over one op index space; -1 on either side means "none"."""
+
+    def __init__(self) -> None:
+        self._dst: list[np.ndarray] = []
+        self._src: list[np.ndarray] = []
+        self._kind: list[np.ndarray] = []
+
+    def add(self, dst: np.ndarray, src: np.ndarray, kind: DepKind) -> None:
+        """Keep the pairs with both ends known and different."""
+        ok = (dst >= 0) & (src >= 0) & (dst != src)
+        if ok.any():
+            self._dst.append(dst[ok].astype(np.int64))
+            self._src.append(src[ok].astype(np.int64))
+            self._kind.append(np.full(int(ok.sum()), int(kind), np.uint8))
+
+    def to_lists(self, op_id: np.ndarray, n: int) -> tuple[pa.ListArray, pa.ListArray]:
+        """(deps, dep_kinds) list columns of ``n`` ops, renumbered by ``op_id``: per dependent op,
+        no duplicate, sorted by (kind, source)."""
+        if self._dst:
+            dst = op_id[np.concatenate(self._dst)]
+            src = op_id[np.concatenate(self._src)]
+            ek = np.concatenate(self._kind)
+            e = pd.DataFrame({"d": dst, "s": src, "k": ek}).drop_duplicates()
+            e = e.sort_values(["d", "k", "s"], kind="stable")
+            dst, src, ek = e["d"].to_numpy(np.int64), e["s"].to_numpy(np.int64), e["k"].to_numpy(np.uint8)
+        else:
+            dst, src, ek = EMPTY, EMPTY, np.zeros(0, np.uint8)
+        counts = np.bincount(dst, minlength=n)
+        offsets = np.zeros(n + 1, np.int32 if len(dst) < 2**31 else np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        deps = pa.ListArray.from_arrays(pa.array(offsets), pa.array(src, pa.int64()))
+        dep_kinds = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ek, pa.uint8()))
+        return deps, dep_kinds

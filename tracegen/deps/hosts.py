@@ -1,0 +1,209 @@
+"""Host ops: flattening the calls of each thread, splitting blocking calls, CPU gap ops, program order.
+
+* Flattening per (rank, thread): calls sorted by start; a call contained in an earlier one is
+  absorbed by the outermost call (its correlation, blocking flag and sync hints move to the outer
+  call); a call that only partly overlaps the previous one is clipped to start where it ends.
+* Blocking calls with a GPU op become a ``runtime`` op ``[start, s)`` and a ``sync`` half
+  ``[s, end]`` (``s`` = first GPU op start clamped to ``[start + 1, end]``).
+* CPU gap ops fill every positive gap between consecutive host ops of a thread, named after the
+  innermost operator annotation enclosing the whole gap (else ``cpu``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from fastrack.schema import DepKind, OpKind
+from tracegen.deps.edges import Edges
+from tracegen.deps.raw import Annotations, RawOps
+from tracegen.deps.search import EMPTY, I64_MIN, enclosing, key_ids
+
+_I64_MAX = np.iinfo(np.int64).max
+
+
+@dataclasses.dataclass
+class HostCalls:
+    """Top-level host calls after flattening (one entry per call kept)."""
+
+    raw: np.ndarray  # raw row
+    rank: np.ndarray
+    thread: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    scope: np.ndarray
+    sync_stream: np.ndarray
+    event_corr: np.ndarray
+    record_stream: np.ndarray
+    wait_stream: np.ndarray
+    blocking: np.ndarray
+    device: np.ndarray
+    corr: np.ndarray
+    corr_map: pd.DataFrame  # (rank, corr) -> hop: the call a correlation id belongs to
+
+
+def flatten_host_calls(r: RawOps) -> HostCalls:
+    rank, thread, start, end, dur = r.rank, r.thread, r.start, r.end, r.dur
+    h = np.flatnonzero(r.is_host)
+    h = h[np.lexsort((h, -dur[h], start[h], thread[h], rank[h]))]
+    nh = len(h)
+    hs, he = start[h].copy(), end[h]
+    newg = np.ones(nh, bool)
+    if nh:
+        newg[1:] = (rank[h][1:] != rank[h][:-1]) | (thread[h][1:] != thread[h][:-1])
+    hgid = np.cumsum(newg) - 1
+    cm = pd.Series(he).groupby(hgid).cummax().to_numpy() if nh else EMPTY
+    prev = np.full(nh, I64_MIN, np.int64)
+    if nh:
+        prev[1:] = cm[:-1]
+    prev[newg] = I64_MIN
+    nested = (hs < prev) & (he <= prev)
+    top = ~nested
+    cont = np.maximum.accumulate(np.where(top, np.arange(nh), -1)) if nh else EMPTY
+    clip = top & (hs < prev)
+    hs = np.where(clip, prev, hs)
+    hkind = r.kind[h].copy()
+    hblock = r.blocking[h].copy()
+    hints = (r.scope[h].copy(), r.sync_stream[h].copy(), r.event_corr[h].copy(), r.record_stream[h].copy(),
+             r.wait_stream[h].copy(), r.device[h].copy())
+    if nested.any():
+        ni = np.flatnonzero(nested)
+        ci = cont[ni]
+        np.maximum.at(hkind, ci, hkind[ni])
+        np.logical_or.at(hblock, ci, hblock[ni])
+        for arr, default in zip(hints, (0, -1, -1, -1, -1, -1)):
+            has = arr[ni] != default
+            if has.any():
+                src, dst = ni[has], ci[has]
+                dst_u, first = np.unique(dst, return_index=True)
+                take = arr[dst_u] == default
+                arr[dst_u[take]] = arr[src[first[take]]]
+    # host ops from top-level calls; h-position -> host op index (nested calls map to their container)
+    tpos = np.flatnonzero(top)
+    hop_of_pos = np.cumsum(top) - 1
+    hop_of_pos = hop_of_pos[cont] if nh else EMPTY
+    cmap = pd.DataFrame({"rank": rank[h], "corr": r.corr[h], "hop": hop_of_pos})
+    cmap = cmap[cmap["corr"] >= 0].drop_duplicates(["rank", "corr"], keep="first")
+    raw_rows = h[tpos]
+    scope, ss, ec, rs, ws, dev = (a[tpos] for a in hints)
+    return HostCalls(raw=raw_rows, rank=rank[raw_rows], thread=thread[raw_rows], start=hs[tpos], end=he[tpos],
+                     kind=hkind[tpos], scope=scope, sync_stream=ss, event_corr=ec, record_stream=rs, wait_stream=ws,
+                     blocking=hblock[tpos], device=dev, corr=r.corr[raw_rows], corr_map=cmap)
+
+
+@dataclasses.dataclass
+class HostOps:
+    """Host ops written out: calls at ``[0, n_calls)``, then the sync halves of split calls."""
+
+    n_calls: int
+    split_calls: np.ndarray  # call index of each sync half
+    rank: np.ndarray
+    thread: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    raw: np.ndarray
+    corr: np.ndarray
+    device: np.ndarray
+    scope: np.ndarray  # sync hints stay with the sync half
+    sync_stream: np.ndarray
+    event_corr: np.ndarray
+    record_stream: np.ndarray
+    wait_stream: np.ndarray
+    half: np.ndarray  # a sync half
+
+    @property
+    def n(self) -> int:
+        return len(self.rank)
+
+    @property
+    def n_halves(self) -> int:
+        return len(self.split_calls)
+
+
+def split_blocking_calls(c: HostCalls, launch: np.ndarray, gpu_start: np.ndarray) -> HostOps:
+    """Split the blocking calls that launched GPU ops (``launch``: call of each GPU op or -1)."""
+    nH = len(c.raw)
+    first_gpu = np.full(nH, _I64_MAX, np.int64)
+    launched = launch >= 0
+    if launched.any():
+        np.minimum.at(first_gpu, launch[launched], gpu_start[launched])
+    has_gpu = first_gpu != _I64_MAX
+    spl = c.blocking & has_gpu & ((c.end - c.start) >= 1)
+    S_of = np.flatnonzero(spl)
+    nS = len(S_of)
+    split_at = np.clip(first_gpu[S_of], c.start[S_of] + 1, c.end[S_of]) if nS else EMPTY
+    call_end = c.end.copy()
+    call_kind = c.kind.copy()
+    call_end[S_of] = split_at
+    call_kind[S_of] = int(OpKind.RUNTIME)
+
+    def with_halves(a: np.ndarray, halves: np.ndarray | None = None) -> np.ndarray:
+        return np.concatenate([a, a[S_of] if halves is None else halves])
+
+    return HostOps(
+        n_calls=nH, split_calls=S_of,
+        rank=with_halves(c.rank), thread=with_halves(c.thread),
+        start=with_halves(c.start, split_at), end=with_halves(call_end, c.end[S_of]),
+        kind=with_halves(call_kind, np.full(nS, int(OpKind.SYNC), np.int64)),
+        raw=with_halves(c.raw), corr=with_halves(c.corr, np.full(nS, -1, np.int64)), device=with_halves(c.device),
+        scope=np.concatenate([np.where(spl, 0, c.scope), c.scope[S_of]]),
+        sync_stream=with_halves(c.sync_stream),
+        event_corr=np.concatenate([np.where(spl, -1, c.event_corr), c.event_corr[S_of]]),
+        record_stream=np.concatenate([np.where(spl, -1, c.record_stream), c.record_stream[S_of]]),
+        wait_stream=with_halves(c.wait_stream, np.full(nS, -1, np.int64)),
+        half=np.concatenate([np.zeros(nH, bool), np.ones(nS, bool)]),
+    )
+
+
+@dataclasses.dataclass
+class GapOps:
+    """CPU ops filling the gaps between consecutive host ops of a thread."""
+
+    rank: np.ndarray
+    thread: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    name: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.rank)
+
+
+def gap_ops(x: HostOps, r: RawOps, ann: Annotations) -> GapOps:
+    nX = x.n
+    xo = np.lexsort((x.half, x.start, x.thread, x.rank))
+    same = np.zeros(max(nX - 1, 0), bool)
+    if nX > 1:
+        same = (x.rank[xo][1:] == x.rank[xo][:-1]) & (x.thread[xo][1:] == x.thread[xo][:-1])
+    gap_lo = x.end[xo][:-1] if nX > 1 else EMPTY
+    gap_hi = x.start[xo][1:] if nX > 1 else EMPTY
+    gsel = np.flatnonzero(same & (gap_hi > gap_lo)) if nX > 1 else EMPTY
+    some = len(gsel) > 0
+    P_rank = x.rank[xo][gsel] if some else EMPTY
+    P_thread = x.thread[xo][gsel] if some else EMPTY
+    P_start, P_end = (gap_lo[gsel], gap_hi[gsel]) if some else (EMPTY, EMPTY)
+    nP = len(gsel)
+    P_name = np.full(nP, "cpu", dtype=object)
+    op_idx = ann.operator_rows
+    if nP and len(op_idx):
+        ak, qk = key_ids([r.rank[op_idx], r.thread[op_idx]], [P_rank, P_thread])
+        enc = enclosing(ak, r.start[op_idx], r.end[op_idx], qk, P_start, P_end)
+        hit = enc >= 0
+        P_name[hit] = r.names[op_idx[enc[hit]]]
+    return GapOps(rank=P_rank, thread=P_thread, start=P_start, end=P_end, name=P_name)
+
+
+def program_edges(x: HostOps, gaps: GapOps, edges: Edges) -> None:
+    """``program``: each host op (call, sync half, gap) depends on the previous op of its thread."""
+    rank = np.concatenate([x.rank, gaps.rank]).astype(np.int64)
+    thread = np.concatenate([x.thread, gaps.thread])
+    start = np.concatenate([x.start, gaps.start])
+    hs_ = np.lexsort((np.concatenate([x.half, np.zeros(gaps.n, bool)]), start, thread, rank))
+    if len(hs_) > 1:
+        same_t = (rank[hs_][1:] == rank[hs_][:-1]) & (thread[hs_][1:] == thread[hs_][:-1])
+        edges.add(hs_[1:][same_t], hs_[:-1][same_t], DepKind.PROGRAM)

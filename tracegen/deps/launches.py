@@ -1,0 +1,97 @@
+"""GPU ops and their launches: which call launched each GPU op, and when it was issued.
+
+* ``launch``: call -> GPU op(s) with its correlation (CUDA graphs: many). GPU ops without a call
+  get an inferred launch from the latest ``runtime`` op started at or before the GPU op on the
+  rank's main launching thread (most launches; ties: lowest thread id).
+* Issue order: a GPU op is *issued* at the start of its (real or inferred) launching call; GPU
+  ops with no call at all use their own start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from fastrack.schema import DepKind, OpKind
+from tracegen.deps.edges import Edges
+from tracegen.deps.hosts import HostOps
+from tracegen.deps.raw import RawOps
+from tracegen.deps.search import EMPTY, I64_MIN, Ordered, key_ids
+
+
+@dataclasses.dataclass
+class GpuOps:
+    """GPU ops sorted by (rank, start, raw row); ``issuer``/``issue``/``launch_thread`` come from
+    :func:`launch_edges`."""
+
+    raw: np.ndarray  # raw row
+    rank: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    corr: np.ndarray
+    launch: np.ndarray  # host call with the same correlation, or -1
+    issuer: np.ndarray = dataclasses.field(default_factory=lambda: EMPTY)  # real or inferred launch, or -1
+    issue: np.ndarray = dataclasses.field(default_factory=lambda: EMPTY)  # issue time
+    launch_thread: np.ndarray = dataclasses.field(default_factory=lambda: EMPTY)  # thread of the issuer
+
+    @property
+    def n(self) -> int:
+        return len(self.raw)
+
+    @property
+    def launched(self) -> np.ndarray:
+        return self.launch >= 0
+
+
+def gpu_ops(r: RawOps, corr_map: pd.DataFrame) -> GpuOps:
+    """The GPU ops of ``r`` and their real launches (``corr_map`` from the flattened host calls)."""
+    G = np.flatnonzero(r.is_gpu)
+    G = G[np.lexsort((G, r.start[G], r.rank[G]))]
+    G_rank, G_corr = r.rank[G], r.corr[G]
+    g_launch = np.full(len(G), -1, np.int64)
+    if len(G) and len(corr_map):
+        m = pd.DataFrame({"rank": G_rank, "corr": G_corr}).merge(corr_map, on=["rank", "corr"], how="left")
+        g_launch = np.array(m["hop"].fillna(-1).to_numpy(np.int64))
+        g_launch[G_corr < 0] = -1
+    return GpuOps(raw=G, rank=G_rank, start=r.start[G], end=r.end[G], kind=r.kind[G], device=r.device[G],
+                  stream=r.stream[G], corr=G_corr, launch=g_launch)
+
+
+def _main_threads(ranks: np.ndarray, threads: np.ndarray) -> dict[int, int]:
+    """Per rank, the thread that appears most often (ties: lowest thread id)."""
+    cnt = pd.DataFrame({"rank": ranks, "thread": threads})
+    cnt = cnt.value_counts().reset_index(name="n").sort_values(["rank", "n", "thread"], ascending=[True, False, True])
+    main = cnt.drop_duplicates("rank")
+    return dict(zip(main["rank"].to_numpy().tolist(), main["thread"].to_numpy().tolist()))
+
+
+def launch_edges(g: GpuOps, x: HostOps, gpu_base: int, edges: Edges) -> GpuOps:
+    """``launch`` edges (real and inferred); returns ``g`` with its issuers, issue times and launching threads."""
+    g_launch = g.launch
+    edges.add(np.arange(gpu_base, gpu_base + g.n), np.where(g_launch >= 0, g_launch, -1), DepKind.LAUNCH)
+    g_issuer = g_launch.copy()
+    missing = g_launch < 0
+    if missing.any():
+        rt_ops = np.flatnonzero(x.kind == OpKind.RUNTIME)
+        callers = g_launch[g.launched]
+        main_thread = (_main_threads(x.rank[callers], x.thread[callers]) if len(callers)
+                       else _main_threads(x.rank[rt_ops], x.thread[rt_ops]))
+        if main_thread and len(rt_ops):
+            mi = np.flatnonzero(missing)
+            q_thread = np.array([main_thread.get(int(r), I64_MIN) for r in g.rank[mi]], np.int64) if len(mi) < 64 else (
+                pd.Series(g.rank[mi]).map(main_thread).fillna(I64_MIN).to_numpy(np.int64)
+            )
+            ik, qk = key_ids([x.rank[rt_ops], x.thread[rt_ops]], [g.rank[mi], q_thread])
+            found = Ordered(ik, x.start[rt_ops]).last_before(qk, g.start[mi], inclusive=True)
+            inf = np.where(found >= 0, rt_ops[np.maximum(found, 0)], -1)
+            g_issuer[mi] = inf
+            edges.add(gpu_base + mi, inf, DepKind.LAUNCH)
+    return dataclasses.replace(
+        g, issuer=g_issuer, issue=np.where(g_issuer >= 0, x.start[np.maximum(g_issuer, 0)], g.start),
+        launch_thread=np.where(g_issuer >= 0, x.thread[np.maximum(g_issuer, 0)], I64_MIN),
+    )

@@ -1,0 +1,203 @@
+"""Reading the raw-op frame of an importer: defaults, typed columns, validation, annotations.
+
+The contract of the frame is in :mod:`tracegen.dependencies`. :func:`read_raw_ops` turns it into
+:class:`RawOps`, one numpy array per column, or raises :class:`TraceFormatError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fastrack.errors import TraceFormatError
+from fastrack.schema import OpKind
+from fastrack.traceio import COLUMN_DEFAULTS
+from tracegen.deps.search import EMPTY
+
+HINT_COLUMNS: dict[str, Any] = {
+    "sync_stream": -1,
+    "sync_scope": "",
+    "event_corr": -1,
+    "record_stream": -1,
+    "wait_stream": -1,
+    "blocking": False,
+}
+RAW_DEFAULTS: dict[str, Any] = {**COLUMN_DEFAULTS, **HINT_COLUMNS}
+SCOPE_CODES = {"": 0, "stream": 1, "event": 2, "device": 3}
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def int_col(raw: pd.DataFrame, name: str, path: str | None) -> np.ndarray:
+    if name not in raw:
+        return np.full(len(raw), RAW_DEFAULTS[name], np.int64)
+    s = raw[name]
+    if s.dtype.kind in "iu":
+        return s.to_numpy(np.int64)
+    try:
+        v = pd.to_numeric(s, errors="raise").to_numpy(np.float64, na_value=np.nan)
+    except (ValueError, TypeError):
+        raise TraceFormatError(f"raw column '{name}' is not numeric", path=path) from None
+    if np.isnan(v).any():
+        v = np.where(np.isnan(v), RAW_DEFAULTS.get(name, -1), v)
+    return np.rint(v).astype(np.int64)
+
+
+def obj_col(raw: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in raw:
+        return np.full(len(raw), RAW_DEFAULTS.get(name), dtype=object)
+    return raw[name].to_numpy(dtype=object, na_value=None)
+
+
+def map_unique(values: np.ndarray, func) -> np.ndarray:
+    """``func`` applied to each distinct value (hash-factorized, so cheap on repeated strings)."""
+    codes, uniq = pd.factorize(values, use_na_sentinel=True)
+    mapped = np.empty(len(uniq) + 1, dtype=object)
+    mapped[:-1] = [func(u) for u in uniq]
+    mapped[-1] = func(None)
+    return mapped[codes]
+
+
+def label_col(raw: pd.DataFrame, name: str, enum_cls) -> np.ndarray:
+    """copy_dir / host_mem given as labels or enum ints -> object array of label or None."""
+    v = obj_col(raw, name)
+
+    def label(x):
+        if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+            try:
+                return enum_cls(int(x)).label
+            except ValueError:
+                return None
+        return x if isinstance(x, str) and x else None
+
+    return map_unique(v, label) if len(v) else v
+
+
+@dataclasses.dataclass
+class RawOps:
+    """The raw-op frame as typed arrays, one entry per raw row."""
+
+    frame: pd.DataFrame
+    path: str | None
+    kind: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    end: np.ndarray
+    rank: np.ndarray
+    device: np.ndarray
+    thread: np.ndarray
+    stream: np.ndarray
+    corr: np.ndarray
+    step_in: np.ndarray
+    names: np.ndarray
+    sync_stream: np.ndarray
+    event_corr: np.ndarray
+    record_stream: np.ndarray
+    wait_stream: np.ndarray
+    scope: np.ndarray  # SCOPE_CODES value
+    blocking: np.ndarray
+
+    @property
+    def is_host(self) -> np.ndarray:
+        """CUDA runtime/driver calls."""
+        return (self.kind == OpKind.RUNTIME) | (self.kind == OpKind.SYNC)
+
+    @property
+    def is_gpu(self) -> np.ndarray:
+        """Kernels, copies, sets, collectives."""
+        return self.kind >= OpKind.KERNEL
+
+
+def _check_times(raw: pd.DataFrame, path: str | None) -> None:
+    for c in ("start_ns", "dur_ns"):
+        s = raw[c]
+        if s.dtype.kind not in "iu":
+            f = pd.to_numeric(s, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+            bad = np.flatnonzero(~np.isfinite(f))
+            if bad.size:
+                i = int(bad[0])
+                raise TraceFormatError(
+                    f"field '{c}' of op '{raw['name'].iloc[i]}' is not a finite number ({s.iloc[i]!r}); "
+                    f"{bad.size} op(s) affected",
+                    path=path,
+                )
+
+
+def _scope_codes(raw: pd.DataFrame, path: str | None) -> np.ndarray:
+    if "sync_scope" not in raw:
+        return np.zeros(len(raw), np.int64)
+    sc = map_unique(
+        raw["sync_scope"].to_numpy(dtype=object, na_value=None),
+        lambda x: SCOPE_CODES.get("" if x is None else str(x).strip().lower(), -1),
+    ).astype(np.int64)
+    if (sc < 0).any():
+        bad = raw["sync_scope"].iloc[int(np.flatnonzero(sc < 0)[0])]
+        raise TraceFormatError(f"unknown sync_scope {bad!r} in raw ops", path=path)
+    return sc
+
+
+def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
+    """Typed, validated arrays of ``raw`` (errors name ``path``)."""
+    if len(raw) == 0:
+        raise TraceFormatError("empty trace: no operations", path=path)
+    for c in ("kind", "name", "start_ns", "dur_ns"):
+        if c not in raw:
+            raise TraceFormatError(f"raw ops lack column '{c}'", path=path)
+    _check_times(raw, path)
+    kind = int_col(raw, "kind", path)
+    start = int_col(raw, "start_ns", path)
+    dur = int_col(raw, "dur_ns", path)
+    badk = (kind < 0) | (kind > max(OpKind))
+    if badk.any():
+        raise TraceFormatError(f"unknown op kind {int(kind[badk][0])} in raw ops", path=path)
+    neg = np.flatnonzero(dur < 0)
+    if neg.size:
+        i = int(neg[0])
+        raise TraceFormatError(
+            f"op '{raw['name'].iloc[i]}' has a negative duration ({int(dur[i])} ns); {neg.size} op(s) affected",
+            path=path,
+        )
+    ops = RawOps(
+        frame=raw, path=path, kind=kind, start=start, dur=dur, end=start + dur,
+        rank=int_col(raw, "rank", path),
+        device=int_col(raw, "device", path),
+        thread=int_col(raw, "thread", path),
+        stream=int_col(raw, "stream", path),
+        corr=int_col(raw, "correlation", path),
+        step_in=int_col(raw, "step", path),
+        names=obj_col(raw, "name").astype(object),
+        sync_stream=int_col(raw, "sync_stream", path),
+        event_corr=int_col(raw, "event_corr", path),
+        record_stream=int_col(raw, "record_stream", path),
+        wait_stream=int_col(raw, "wait_stream", path),
+        scope=_scope_codes(raw, path),
+        blocking=raw["blocking"].fillna(False).to_numpy(bool) if "blocking" in raw else np.zeros(len(raw), bool),
+    )
+    if not (ops.is_host.any() or ops.is_gpu.any()):
+        raise TraceFormatError("empty trace: no CUDA calls and no GPU operations", path=path)
+    return ops
+
+
+@dataclasses.dataclass
+class Annotations:
+    """CPU rows: ``ProfilerStep#N`` intervals (steps) and operator annotations (gap names)."""
+
+    step_rows: np.ndarray  # raw row of each step interval
+    step_numbers: np.ndarray  # its N
+    operator_rows: np.ndarray  # raw rows of the other annotations
+
+
+def annotations(ops: RawOps) -> Annotations:
+    a_idx = np.flatnonzero(ops.kind == OpKind.CPU)
+    a_names = ops.names[a_idx]
+
+    def step_no(x):
+        m = _STEP_RE.match(x) if isinstance(x, str) else None
+        return int(m.group(1)) if m else -1
+
+    a_step = map_unique(a_names, step_no).astype(np.int64) if len(a_names) else EMPTY
+    a_is_step = a_step >= 0
+    return Annotations(step_rows=a_idx[a_is_step], step_numbers=a_step[a_is_step], operator_rows=a_idx[~a_is_step])

@@ -1,0 +1,137 @@
+"""Vectorized lookups over grouped, time-ordered items: the primitives every dependency rule uses.
+
+"Latest item of group k before time t", "first item after t", "innermost enclosing interval",
+"ProfilerStep containing t": each answered for whole arrays of queries with sorts and
+``searchsorted`` (no Python loop per op).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+EMPTY = np.zeros(0, np.int64)
+I64_MIN = np.iinfo(np.int64).min
+
+
+def group_ids(*cols: np.ndarray) -> np.ndarray:
+    """Dense int ids of the distinct tuples of ``cols`` (same length arrays)."""
+    if not len(cols[0]):
+        return np.zeros(0, np.int64)
+    ids = None
+    for c in cols:
+        codes, uniq = pd.factorize(c)
+        codes = codes.astype(np.int64)
+        if ids is None:
+            ids = codes
+        else:
+            ids = ids * (len(uniq) + 1) + codes
+            if ids.max() > 2**40:
+                ids = pd.factorize(ids)[0].astype(np.int64)
+    if len(cols) > 1:
+        ids = pd.factorize(ids)[0].astype(np.int64)
+    return ids
+
+
+class Ordered:
+    """Items grouped by an int key, ordered inside each group by (t, tie); ``last_before`` /
+    ``first_after`` answer "latest item of group k with t < q" style queries vectorized."""
+
+    def __init__(self, key: np.ndarray, t: np.ndarray, tie: np.ndarray | None = None):
+        tie = np.arange(len(key)) if tie is None else tie
+        self.order = np.lexsort((tie, t, key))
+        self.key = key[self.order]
+        self.t = t[self.order]
+
+    def _composite(self, qt: np.ndarray, qkey: np.ndarray):
+        allt = np.concatenate([self.t, qt])
+        uniq, inv = np.unique(allt, return_inverse=True)
+        bits = max(1, int(len(uniq)).bit_length())
+        a = (self.key << bits) | inv[: len(self.t)]
+        b = (qkey << bits) | inv[len(self.t):]
+        return a, b
+
+    def last_before(self, qkey: np.ndarray, qt: np.ndarray, inclusive: bool = False) -> np.ndarray:
+        if not len(qkey) or not len(self.key):
+            return np.full(len(qkey), -1, np.int64)
+        a, b = self._composite(qt, qkey)
+        p = np.searchsorted(a, b, side="right" if inclusive else "left") - 1
+        ok = (p >= 0) & (self.key[np.maximum(p, 0)] == qkey)
+        return np.where(ok, self.order[np.maximum(p, 0)], -1)
+
+    def first_after(self, qkey: np.ndarray, qt: np.ndarray) -> np.ndarray:
+        if not len(qkey) or not len(self.key):
+            return np.full(len(qkey), -1, np.int64)
+        a, b = self._composite(qt, qkey)
+        p = np.searchsorted(a, b, side="right")
+        pc = np.minimum(p, len(a) - 1)
+        ok = (p < len(a)) & (self.key[pc] == qkey)
+        return np.where(ok, self.order[pc], -1)
+
+
+def key_ids(item_cols: list[np.ndarray], query_cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Factorize item and query keys together so equal tuples get equal ids."""
+    n = len(item_cols[0])
+    ids = group_ids(*[np.concatenate([a, b]) for a, b in zip(item_cols, query_cols)])
+    return ids[:n], ids[n:]
+
+
+def enclosing(
+    a_grp: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, q_grp: np.ndarray, q_a: np.ndarray, q_b: np.ndarray
+) -> np.ndarray:
+    """Index of the innermost interval of the same group enclosing [q_a, q_b], or -1.
+
+    Intervals are assumed nested (as profiler operators are); every answer is checked, so badly
+    nested input yields -1 rather than a wrong interval.
+    """
+    nq = len(q_grp)
+    if not nq or not len(a_grp):
+        return np.full(nq, -1, np.int64)
+    order = np.lexsort((-a_end, a_start, a_grp))
+    g, s, e = a_grp[order], a_start[order], a_end[order]
+    n = len(g)
+    first = np.ones(n, bool)
+    first[1:] = g[1:] != g[:-1]
+    k = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))  # opened before i
+    depth = np.maximum(k - count_le(g, e, g, s), 0)  # still open when i opens = ancestors
+
+    def query(qg: np.ndarray, qd: np.ndarray, qt: np.ndarray) -> np.ndarray:
+        """Innermost interval at depth qd of group qg started at or before qt."""
+        ik, qk = key_ids([g, depth], [qg, qd])
+        return Ordered(ik, s).last_before(qk, qt, inclusive=True)
+
+    parent = query(g, depth - 1, s)
+    open_at_a = count_le(g, s, q_grp, q_a) - count_le(g, e, q_grp, q_a)
+    cand = query(q_grp, open_at_a - 1, q_a)
+    for _ in range(int(depth.max()) + 2):
+        bad = (cand >= 0) & (e[np.maximum(cand, 0)] < q_b)
+        if not bad.any():
+            break
+        cand = np.where(bad, parent[np.maximum(cand, 0)], cand)
+    ok = (cand >= 0) & (s[np.maximum(cand, 0)] <= q_a) & (e[np.maximum(cand, 0)] >= q_b)
+    return np.where(ok, order[np.maximum(cand, 0)], -1)
+
+
+def count_le(g: np.ndarray, t: np.ndarray, qg: np.ndarray, qt: np.ndarray) -> np.ndarray:
+    """For each query: number of items of group qg with t <= qt."""
+    o = Ordered(g, t)
+    idx = o.last_before(qg, qt, inclusive=True)
+    pos = np.empty(len(g), np.int64)
+    pos[o.order] = np.arange(len(g))
+    k = o.key
+    first = np.ones(len(k), bool)
+    first[1:] = k[1:] != k[:-1]
+    p0 = np.maximum.accumulate(np.where(first, np.arange(len(k)), 0))
+    p = pos[np.maximum(idx, 0)]
+    return np.where(idx >= 0, p - p0[p] + 1, 0)
+
+
+def step_of(ann_rank, ann_start, ann_end, ann_step, q_rank, q_t) -> np.ndarray:
+    """Step of the ProfilerStep interval of the rank containing time q_t (latest start wins)."""
+    if not len(ann_rank) or not len(q_rank):
+        return np.full(len(q_rank), -1, np.int64)
+    ik, qk = key_ids([ann_rank], [q_rank])
+    idx = Ordered(ik, ann_start).last_before(qk, q_t, inclusive=True)
+    ok = (idx >= 0) & (ann_end[np.maximum(idx, 0)] > q_t)
+    # zero-length steps or a query exactly at an end: also accept end == q_t when start == q_t
+    return np.where(ok, ann_step[np.maximum(idx, 0)], -1)

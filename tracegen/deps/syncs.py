@@ -1,0 +1,108 @@
+"""Synchronization: ``sync`` edges of blocking calls and ``event`` edges of stream waits.
+
+* ``sync``: the sync half of a split call depends on the GPU ops of its call. Stream scope: last
+  op issued on that stream before the call (stream unknown: the stream of the last GPU op the
+  same thread launched before the call); device scope: last op issued before the call on every
+  stream of the rank (of the call's device when known); event scope: last op issued on the record
+  stream before the matching cudaEventRecord (record call found by ``event_corr``; record stream
+  from the hints, else the stream of the last GPU op the recording thread launched before the
+  record, as HTA does; without a record call the sync call's start bounds the record).
+* ``event``: stream waits: the op the event captured (as for event syncs) -> the first op issued
+  on the waiting stream after the wait call (waiting stream unknown: the stream of the first GPU
+  op the same thread launches after the wait). No edge when both streams are the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fastrack.schema import DepKind, OpKind
+from tracegen.deps.edges import Edges
+from tracegen.deps.hosts import HostOps
+from tracegen.deps.launches import GpuOps
+from tracegen.deps.raw import SCOPE_CODES
+from tracegen.deps.streams import GpuLookup
+
+
+def sync_half_edges(x: HostOps, g: GpuOps, gpu_base: int, edges: Edges) -> None:
+    """The sync half of each split call depends on the GPU ops its call launched."""
+    launched = g.launched
+    if x.n_halves and launched.any():
+        half_of_call = np.full(x.n_calls, -1, np.int64)
+        half_of_call[x.split_calls] = x.n_calls + np.arange(x.n_halves)
+        gl = np.flatnonzero(launched)
+        edges.add(half_of_call[g.launch[gl]], gpu_base + gl, DepKind.SYNC)
+
+
+def _record_info(rows: np.ndarray, x: HostOps, corr_map: pd.DataFrame, find: GpuLookup):
+    """(time bound, record stream, event known) of the event each host op of ``rows`` waits on."""
+    ec = x.event_corr[rows]
+    t = x.start[rows].copy()
+    rs = x.record_stream[rows].copy()
+    rec = np.full(len(rows), -1, np.int64)
+    if (ec >= 0).any() and len(corr_map):
+        m = pd.DataFrame({"rank": x.rank[rows], "corr": ec}).merge(corr_map, on=["rank", "corr"], how="left")
+        rec = np.array(m["hop"].fillna(-1).to_numpy(np.int64))
+        rec[ec < 0] = -1
+    has = rec >= 0
+    t[has] = x.start[rec[has]]
+    take = has & (rs < 0)
+    rs[take] = x.record_stream[rec[take]]
+    inf = has & (rs < 0)
+    if inf.any():
+        ii = np.flatnonzero(inf)
+        gi = find.by_thread(x.rank[rows][ii], x.thread[rec[ii]], x.start[rec[ii]])
+        rs[ii] = find.stream_of(gi)
+    return t, rs, (ec >= 0) | (x.record_stream[rows] >= 0)
+
+
+def sync_edges(x: HostOps, g: GpuOps, corr_map: pd.DataFrame, find: GpuLookup, gpu_base: int,
+               edges: Edges) -> None:
+    """``sync`` edges of the blocking calls, by scope (stream, event, device)."""
+    syn = np.flatnonzero((x.kind == OpKind.SYNC) & (x.scope > 0))
+    if not len(syn):
+        return
+    sc = x.scope[syn]
+    r = syn[sc == SCOPE_CODES["stream"]]
+    if len(r):
+        ss = x.sync_stream[r].copy()
+        unk = ss < 0
+        if unk.any():
+            gi = find.by_thread(x.rank[r][unk], x.thread[r][unk], x.start[r][unk])
+            ss[unk] = find.stream_of(gi)
+        tgt = find.last_on_stream(x.rank[r], ss, x.start[r])
+        edges.add(r, np.where((ss >= 0) & (tgt >= 0), gpu_base + tgt, -1), DepKind.SYNC)
+    r = syn[sc == SCOPE_CODES["event"]]
+    if len(r):
+        t, rs, known = _record_info(r, x, corr_map, find)
+        tgt = find.last_on_stream(x.rank[r], rs, t)
+        edges.add(r, np.where(known & (rs >= 0) & (tgt >= 0), gpu_base + tgt, -1), DepKind.SYNC)
+    # device scope: last op on every stream of the rank (device filtered when known)
+    r = syn[sc == SCOPE_CODES["device"]]
+    if len(r):
+        streams = pd.DataFrame({"rank": g.rank, "dev": g.device, "stream": g.stream}).drop_duplicates()
+        q = pd.DataFrame({"row": r, "rank": x.rank[r], "qdev": x.device[r]}).merge(streams, on="rank")
+        q = q[(q["qdev"] < 0) | (q["qdev"] == q["dev"])]
+        if len(q):
+            qr = q["row"].to_numpy(np.int64)
+            tgt = find.last_on_device_stream(q["rank"].to_numpy(np.int64), q["dev"].to_numpy(np.int64),
+                                             q["stream"].to_numpy(np.int64), x.start[qr])
+            edges.add(qr, np.where(tgt >= 0, gpu_base + tgt, -1), DepKind.SYNC)
+
+
+def event_edges(x: HostOps, corr_map: pd.DataFrame, find: GpuLookup, gpu_base: int, edges: Edges) -> None:
+    """``event`` edges of the stream waits (cudaStreamWaitEvent)."""
+    waits = np.flatnonzero((x.kind != OpKind.SYNC) & ~x.half & ((x.wait_stream >= 0) | (x.event_corr >= 0)))
+    if not len(waits):
+        return
+    t, rs, known = _record_info(waits, x, corr_map, find)
+    src = find.last_on_stream(x.rank[waits], rs, t)
+    ws = x.wait_stream[waits].copy()
+    unk = ws < 0
+    if unk.any():
+        gi = find.by_thread(x.rank[waits][unk], x.thread[waits][unk], x.start[waits][unk], after=True)
+        ws[unk] = find.stream_of(gi)
+    dst = find.first_on_stream(x.rank[waits], ws, x.start[waits])
+    ok = known & (rs >= 0) & (ws >= 0) & (ws != rs) & (src >= 0) & (dst >= 0)
+    edges.add(np.where(ok, gpu_base + dst, -1), np.where(ok, gpu_base + src, -1), DepKind.EVENT)
