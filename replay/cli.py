@@ -16,7 +16,6 @@ from replay.report import format_summary
 
 COMMANDS = {
     "compare": "replay.compare:command",
-    "export-gem5": "replay.export_gem5:command",
     "sweep": "replay.sweep:command",
     "sensitivity": "replay.sensitivity:command",
     "plot": "replay.plot:command",
@@ -52,6 +51,14 @@ def model_options(func):
     return func
 
 
+def data_parallel_options(func):
+    func = click.option("--data-parallel", type=int, default=None, metavar="N",
+                        help="What-if: replay a single-GPU training trace as N DDP ranks (docs/multi-gpu.md).")(func)
+    func = click.option("--bucket-mb", type=float, default=25.0, show_default=True,
+                        help="DDP gradient bucket size for --data-parallel, MB (MiB, as bucket_cap_mb).")(func)
+    return func
+
+
 @main.command("run")
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--protocol", default="captured", show_default=True,
@@ -61,13 +68,18 @@ def model_options(func):
 @click.option("--timeline", type=click.Path(dir_okay=False), help="Write a Perfetto/chrome://tracing JSON timeline.")
 @click.option("--reference/--no-reference", default=True, show_default=True,
               help="Also replay under 'none' (same model) to report the slowdown.")
+@data_parallel_options
 @reports_errors
-def run_command(trace, protocol, model, preset, overrides, as_json, timeline, reference):
+def run_command(trace, protocol, model, preset, overrides, as_json, timeline, reference, data_parallel, bucket_mb):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from replay.run import load_graph, replay_graph
     from replay.timeline import write_timeline
 
     graph, tr = load_graph(trace)
+    if data_parallel is not None:  # what-if: a single-GPU training trace on N DDP ranks (docs/multi-gpu.md)
+        from replay.dataparallel import data_parallel_graph
+
+        graph = data_parallel_graph(graph, data_parallel, bucket_mb, [protocol])
     rep = replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops)
     if timeline:
         write_timeline(timeline, rep.graph, rep.schedule, protocol)

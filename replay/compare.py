@@ -15,13 +15,15 @@ from fastrack.atomic import atomic_path
 from fastrack.cli_support import reports_errors
 from fastrack.errors import ConfigError
 from replay.graph import Category
+from replay.cli import data_parallel_options
 from replay.report import fmt_ns
 
 DEFAULT_PROTOCOLS = "none,baseline,fastrack"
 
 
 def compare(trace: str, protocols: Sequence[str], model: str = "h100", preset: str | None = None,
-            overrides: Sequence[str] = ()) -> dict[str, Any]:
+            overrides: Sequence[str] = (), data_parallel: int | None = None,
+            bucket_mb: float = 25.0) -> dict[str, Any]:
     """Replay ``trace`` under each protocol. Returns {'trace', 'rows': [...]} with slowdowns
     relative to ``none`` (added to the run if missing, as the reference)."""
     from replay.run import load_graph, replay_graph
@@ -30,6 +32,10 @@ def compare(trace: str, protocols: Sequence[str], model: str = "h100", preset: s
     if not protocols:
         raise ConfigError("--protocols is empty: name at least one protocol")
     graph, tr = load_graph(trace)
+    if data_parallel is not None:  # what-if: the single-GPU trace on N DDP ranks (docs/multi-gpu.md)
+        from replay.dataparallel import data_parallel_graph
+
+        graph = data_parallel_graph(graph, data_parallel, bucket_mb, protocols)
     results = {}
     for p in dict.fromkeys(["none", *protocols]):
         results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops).result.to_dict()
@@ -98,10 +104,11 @@ def plot_breakdown(d: dict[str, Any], path: str) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a stacked breakdown chart (PNG/SVG).")
+@data_parallel_options
 @reports_errors
-def command(trace, protocols, model, preset, overrides, as_json, plot):
+def command(trace, protocols, model, preset, overrides, as_json, plot, data_parallel, bucket_mb):
     """Replay TRACE under several protocols and compare makespan, slowdown and breakdown."""
-    d = compare(trace, protocols.split(","), model, preset, overrides)
+    d = compare(trace, protocols.split(","), model, preset, overrides, data_parallel, bucket_mb)
     if plot:
         plot_breakdown(d, plot)
     click.echo(json.dumps(d, sort_keys=True) if as_json else format_table(d))

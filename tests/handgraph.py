@@ -99,6 +99,11 @@ ROUND = {
     "submit": {"kernel_ns": 1000, "copy_ns": 1000, "memset_ns": 1000, "collective_ns": 1000},
     "bounce": {"slot_bytes": 1_000_000, "slots": 2},
     "direct": {"h2d": "all", "d2h": "none", "min_bytes": 0},
+    # multi-GPU (tests/test_multigpu.py): NVLink 10 GB/s = 10 bytes/ns, 1 us per ring step
+    "topology": {"gpus_per_node": 8, "link": "nvlink", "nvlink_gb_s": 10.0, "nvlink_latency_ns": 1000,
+                 "pcie_p2p_gb_s": 1.0, "pcie_p2p_latency_ns": 2000, "internode_gb_s": 1.0,
+                 "internode_latency_ns": 5000, "allreduce": "ring"},
+    "keys": {"usage_limit": 10**12, "ivs_per_key": 2**31, "rotation_stall_ns": 1_000_000},
 }
 
 

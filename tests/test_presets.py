@@ -30,7 +30,7 @@ def test_default_preset_is_sxm_and_pcie_overrides_only_what_differs():
     sxm, pcie = H100Model.from_preset(), H100Model.from_preset("h100-pcie")
     assert sxm.preset_name == "h100-sxm"
     diff = {(t, k) for t in sxm.params for k in sxm.params[t] if sxm.params[t][k] != pcie.params[t][k]}
-    assert diff == {("gpu", "sms")}
+    assert diff == {("gpu", "sms"), ("topology", "link")}  # H100 PCIe: no NVSwitch (docs/multi-gpu.md)
     assert pcie.params["gpu"]["sms"] == 114
     assert "114" in pcie.sources["gpu"]["sms"]
 

@@ -14,6 +14,15 @@ Prices (integer ns, rounded up):
   ``parallel_gb_s_per_sm * sms``;
 * CC command submission: a fixed extra CPU time per launched op, by kind.
 
+GPU-to-GPU (multi-GPU replays, docs/multi-gpu.md):
+
+* link occupancy ``ceil(bytes / bandwidth)`` and a latency per ring step, for the bottleneck link
+  of a ring of ``n`` GPUs: NVLink (or PCIe peer-to-peer where ``topology.link = "pcie"``) inside
+  a node of ``topology.gpus_per_node`` GPUs, the network when the ring spans nodes;
+* key rotation of the secure channels: the expected stall per message, ``rotation_stall_ns`` x the
+  share of a key's lifetime the message uses (``(bytes/16 + invocations) / usage_limit`` or
+  ``invocations / ivs_per_key``, whichever is larger), rounded up.
+
 Resource lanes per rank: PCIe H2D, PCIe D2H, copy engines (``copy_engines`` servers), GPU
 authentication (one server: one authentication at a time), CPU crypto workers (``threads``
 servers; used only when ``threads > 1``). Host threads and streams come from the trace.
@@ -103,6 +112,40 @@ class H100Model(HardwareModel):
 
     def direct_eligible(self, copy_dir: Any, host_mem: Any, nbytes: Any) -> np.ndarray:
         return direct_rule(self.p.direct, copy_dir, host_mem, nbytes)
+
+    # ---- GPU-to-GPU links (multi-GPU)
+    def link_gb_s(self, n_gpus: int) -> float:
+        """Bandwidth per GPU and direction of the bottleneck link of a ring of ``n_gpus`` GPUs."""
+        t = self.p.topology
+        if n_gpus > t.gpus_per_node:
+            return float(t.internode_gb_s)
+        return float(t.nvlink_gb_s if t.link == "nvlink" else t.pcie_p2p_gb_s)
+
+    def link_latency_ns(self, n_gpus: int) -> int:
+        """Latency of one step (one hop) of a ring of ``n_gpus`` GPUs."""
+        t = self.p.topology
+        if n_gpus > t.gpus_per_node:
+            return int(t.internode_latency_ns)
+        return int(t.nvlink_latency_ns if t.link == "nvlink" else t.pcie_p2p_latency_ns)
+
+    def link_ns(self, nbytes: Any, n_gpus: int) -> NsArray:
+        """Plaintext link occupancy of ``nbytes`` sent by one GPU of a ring of ``n_gpus`` (no latency)."""
+        return bytes_ns(nbytes, self.link_gb_s(n_gpus))
+
+    @property
+    def default_allreduce(self) -> str:
+        return str(self.p.topology.allreduce)
+
+    def key_rotation_ns(self, nbytes: Any, invocations: Any) -> NsArray:
+        """Expected key-rotation stall charged to a message of ``nbytes`` encrypted in ``invocations``
+        AES-GCM operations (one IV each): the rotation stall x the share of a key's lifetime used."""
+        k = self.p.keys
+        b = np.asarray(nbytes, dtype=np.int64)
+        inv = np.asarray(invocations, dtype=np.int64)
+        usage = ceil_div(b, 16) + inv
+        by_usage = ceil_div(usage * np.int64(k.rotation_stall_ns), k.usage_limit) if k.rotation_stall_ns else usage * 0
+        by_iv = ceil_div(inv * np.int64(k.rotation_stall_ns), k.ivs_per_key) if k.rotation_stall_ns else inv * 0
+        return np.maximum(by_usage, by_iv).astype(np.int64)
 
     # ---- lanes
     def lane_specs(self) -> list[tuple[LaneType, str, int]]:

@@ -64,6 +64,34 @@ class BounceParams:
 
 
 @dataclass(frozen=True)
+class TopologyParams:
+    """GPU-to-GPU interconnect of a data-parallel job (docs/multi-gpu.md)."""
+
+    gpus_per_node: int = _f("GPUs per node (share one NVLink/NVSwitch domain); larger rings cross the network",
+                            unit="count", min=1)
+    link: str = _f("GPU-to-GPU link inside a node: nvlink (NVLink/NVSwitch) | pcie (no NVLink: PCIe peer path)",
+                   choices=("nvlink", "pcie"))
+    nvlink_gb_s: float = _f("achieved NVLink bandwidth per GPU and direction, GB/s", exclusive_min=0)
+    nvlink_latency_ns: int = _f("latency of one ring step over NVLink", min=0)
+    pcie_p2p_gb_s: float = _f("achieved GPU-to-GPU bandwidth over PCIe (link = pcie), per direction, GB/s",
+                              exclusive_min=0)
+    pcie_p2p_latency_ns: int = _f("latency of one ring step over PCIe peer-to-peer", min=0)
+    internode_gb_s: float = _f("network bandwidth per GPU and direction between nodes, GB/s", exclusive_min=0)
+    internode_latency_ns: int = _f("latency of one ring step between nodes", min=0)
+    allreduce: str = _f("all-reduce algorithm of collectives whose trace does not name one: ring | tree",
+                        choices=("ring", "tree"))
+
+
+@dataclass(frozen=True)
+class KeyParams:
+    """AES-GCM key and IV limits of the secure GPU-to-GPU channels (open-gpu-kernel-modules)."""
+
+    usage_limit: int = _f("key usage limit: bytes/16 + invocations per key before rotation", unit="count", min=1)
+    ivs_per_key: int = _f("IVs a channel may use before its 32-bit counter forces rotation", unit="count", min=1)
+    rotation_stall_ns: int = _f("data-path stall while a key is rotated (all channels of the key idle)", min=0)
+
+
+@dataclass(frozen=True)
 class H100Params:
     gpu: GpuParams
     pcie: PcieParams
@@ -73,3 +101,5 @@ class H100Params:
     submit: SubmitParams
     bounce: BounceParams
     direct: DirectParams
+    topology: TopologyParams
+    keys: KeyParams

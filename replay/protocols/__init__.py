@@ -7,6 +7,10 @@
   apply one fix each on top of the baseline.
 
 The CC data path itself (chunks, bounce slots, stages) is :mod:`.cc`.
+
+Multi-GPU (docs/multi-gpu.md): collectives priced on the model's topology (:mod:`.collectives`);
+``ppcie`` (:mod:`.ppcie`); ``cc-multi`` and its mitigations (:mod:`.multigpu`), whose encrypted
+GPU-to-GPU messages are :mod:`.p2p`.
 """
 
 from .base import Protocol

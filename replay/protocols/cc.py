@@ -42,6 +42,7 @@ from replay.graph import LaneType, OpGraph, edges_by_dependent
 
 from .base import Protocol
 from .bounce import add_ring
+from .collectives import price_plain
 from .copies import Copies, chunk, host_copies, launch_edges, launchers
 from .editor import GraphEditor, lanes_required
 from .kinds import DerivedKind
@@ -115,7 +116,7 @@ class CCOptions:
 
 
 def transform_cc(graph: OpGraph, model, opts: CCOptions) -> OpGraph:
-    g = model.add_lanes(graph)
+    g = model.add_lanes(price_plain(graph, model))  # collectives: plaintext on the topology (multi-GPU: .p2p)
     ed = GraphEditor(g)
     le = launch_edges(g, ed.edge_dst)
     tail = add_submission(ed, model, le)

@@ -21,6 +21,10 @@ class DerivedKind(enum.IntEnum):
     GPU_AUTH = 22  # GPU authentication: verify (H2D) or compute (D2H) the tag of one chunk
     SYNC_WAIT = 23  # the calling thread blocks until the copy and earlier stream work finish
     BOUNCE_RELEASE = 24  # zero-time marker: bounce slots reclaimed in ring order up to this chunk
+    # GPU-to-GPU (multi-GPU protocols, replay/protocols/p2p.py)
+    P2P_SUBMIT = 25  # CPU pushes an encrypted copy-engine command for a GPU-to-GPU message (proxy lane)
+    P2P_META = 26  # receiver reads a chunk's IVs and tags from the staging area before decrypting it
+    KEY_ROTATION = 27  # share of a key-rotation stall charged to a message (copy engine idle)
 
     @property
     def label(self) -> str:
@@ -37,6 +41,9 @@ CATEGORY = {
     DerivedKind.GPU_AUTH: Category.GPU_CRYPTO,
     DerivedKind.SYNC_WAIT: Category.SYNC_WAIT,
     DerivedKind.BOUNCE_RELEASE: Category.BOUNCE_WAIT,
+    DerivedKind.P2P_SUBMIT: Category.LAUNCH,
+    DerivedKind.P2P_META: Category.PCIE,
+    DerivedKind.KEY_ROTATION: Category.GPU_CRYPTO,
 }
 
 KIND_NAMES = {int(k): k.label for k in DerivedKind}

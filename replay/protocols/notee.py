@@ -3,7 +3,9 @@
 Each H2D/D2H copy ``M`` becomes one PCIe transfer on its direction's lane (``model.pcie_ns``),
 which inherits ``M``'s prerequisites; ``M`` stays on its stream with zero duration and completes
 ``model.pcie_latency_ns`` after the transfer. No bounce buffers, no crypto, no extra submission
-cost, copies stay asynchronous for the host. Everything else keeps its traced duration.
+cost, copies stay asynchronous for the host. Collectives of a multi-rank graph are priced as
+plaintext on the model's GPU-to-GPU topology (:func:`.collectives.price_plain`). Everything else
+keeps its traced duration.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from replay.graph import LaneType, OpGraph
 
 from .base import Protocol
 from .cc import copy_in_edges
+from .collectives import price_plain
 from .copies import host_copies, launchers
 from .editor import GraphEditor, lanes_required
 from .kinds import DerivedKind
@@ -25,7 +28,7 @@ class NoTEE(Protocol):
     description = "no TEE: plain DMA over PCIe, priced by the same model as the TEE protocols"
 
     def apply(self, graph: OpGraph, model) -> OpGraph:
-        g = model.add_lanes(graph)
+        g = model.add_lanes(price_plain(graph, model))
         ed = GraphEditor(g)
         cp = host_copies(g, launchers(g, ed.edge_dst))
         if len(cp) == 0:

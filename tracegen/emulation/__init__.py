@@ -15,6 +15,7 @@ concept:
 * :mod:`.reads` -- the values reads of emulated GPU memory return;
 * :mod:`.tensors` -- emulated / pinned tensors, device mapping;
 * :mod:`.streams` -- ``torch.cuda.Stream`` / ``Event`` stand-ins;
+* :mod:`.gradmarks` -- gradient-ready markers (``AccumulateGrad`` cpu ops with the gradient's bytes);
 * :mod:`.cuda_api` -- the patched ``torch.cuda`` surface;
 * :mod:`.session` -- :func:`emulated_gpu`, all of the above around a script;
 * :mod:`.trace` -- the schema-v1 table of a finished recording.

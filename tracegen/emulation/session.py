@@ -1,5 +1,5 @@
-"""An emulated GPU session: the ``torch.cuda`` patches, the function mode, the dispatch mode and
-the host-time hooks, all at once around the script."""
+"""An emulated GPU session: the ``torch.cuda`` patches, the function mode, the dispatch mode, the
+host-time hooks and the gradient-ready markers, all at once around the script."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import warnings
 from tracegen.emulation.cuda_api import patched_torch
 from tracegen.emulation.dispatch import _DispatchMode
 from tracegen.emulation.function_mode import _FunctionMode
+from tracegen.emulation.gradmarks import install_grad_markers
 from tracegen.emulation.hosttime import calibrate
 from tracegen.emulation.timeline import Recorder
 
@@ -30,9 +31,11 @@ def emulated_gpu(rec: Recorder):
         if rec.clock.measured:
             rec.clock.intercept_ns = calibrate(rec, fmode, dmode)
         remove_hooks = rec.clock.install_hooks()
+        remove_marks = install_grad_markers(rec)
         rec.clock.restart()
         try:
             with fmode, dmode:
                 yield rec
         finally:
+            remove_marks()
             remove_hooks()
