@@ -212,11 +212,16 @@ def _lanes(rank, device, thread, stream, kind) -> tuple[Lanes, np.ndarray]:
     return lanes, inverse.reshape(-1).astype(np.int32)
 
 
-def _unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(axis=0) of a few int64 columns, fast for millions of rows with few distinct keys:
-    lexsort once, mark changes, map back."""
-    order = np.lexsort(cols[::-1])
-    stacked = np.stack([c[order] for c in cols], axis=1)
+def _unique_rows(rank: np.ndarray, ltype: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(axis=0) of (rank, lane type, key) rows, fast for millions of rows: the three are
+    packed into one int64 when they fit (rank < 2^15, key < 2^47), else sorted lexicographically."""
+    if rank.size and rank.max() < (1 << 15) and key.min() >= 0 and key.max() < (1 << 47) and ltype.max() < 2:
+        packed = (rank << 48) | (ltype << 47) | key
+        uniq, inverse = np.unique(packed, return_inverse=True)
+        rows = np.stack([uniq >> 48, (uniq >> 47) & 1, uniq & ((1 << 47) - 1)], axis=1)
+        return rows, inverse.reshape(-1)
+    order = np.lexsort((key, ltype, rank))
+    stacked = np.stack([rank[order], ltype[order], key[order]], axis=1)
     change = np.r_[True, np.any(stacked[1:] != stacked[:-1], axis=1)]
     group_sorted = np.cumsum(change) - 1
     inverse = np.empty(order.shape[0], np.int64)
