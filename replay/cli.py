@@ -16,6 +16,7 @@ from replay.report import format_summary
 
 COMMANDS = {
     "compare": "replay.compare:command",
+    "export-gem5": "replay.export_gem5:command",
     "sweep": "replay.sweep:command",
     "sensitivity": "replay.sensitivity:command",
     "plot": "replay.plot:command",

@@ -1,0 +1,502 @@
+"""The gem5 export and the gem5-free C++ core (models/h100/cpp) against the Python replay.
+
+The C++ driver must give the same integer-ns results as replay.engine / replay.results: the
+makespan, per-rank makespans, per-lane busy time, and, node by node, start, finish, the binding
+prerequisite and the visiting order. Inputs: hand-made traces, random graphs exercising every
+engine rule (multi-server lanes, barrier groups, launch edges, negative stream lags, release
+times, tied order keys), seeded synthetic traces for every available protocol, and the traces in
+traces/ when present. The C++ pricing formulas are compared with the Python model on many values.
+
+The core is compiled once per session into a temporary directory with -Wall -Wextra -Werror;
+the tests skip (saying so) only when no C++ compiler exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fastrack.schema import DepKind
+from replay.engine import schedule
+from replay.export_gem5 import (END_MAGIC, HEADER_BYTES, SUPPORTED_PROTOCOLS, read_schedule, write_export,
+                                write_graph)
+from replay.graph import Lanes, OpGraph
+from replay.results import summarize
+from replay.run import replay_trace
+from test_build import launch_trace, two_rank_collective
+from tracefactory import write
+
+ROOT = Path(__file__).resolve().parent.parent
+CPP = ROOT / "models" / "h100" / "cpp"
+TRACES = ROOT / "traces"
+WARN = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wshadow", "-Wconversion", "-Wno-sign-conversion"]
+
+
+def _compiler() -> str | None:
+    for cand in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if cand and shutil.which(cand):
+            return cand
+    return None
+
+
+@pytest.fixture(scope="session")
+def core(tmp_path_factory) -> dict[str, Path]:
+    """Build fastrack_replay and fastrack_price (through the Makefile when make exists)."""
+    cxx = _compiler()
+    if cxx is None:
+        pytest.skip("no C++ compiler (g++, c++, clang++ or $CXX) on this machine: the C++ core cannot be built")
+    out = tmp_path_factory.mktemp("fastrack-core")
+    if shutil.which("make"):
+        proc = subprocess.run(["make", "-C", str(CPP), f"BUILD_DIR={out}", f"CXX={cxx}"], capture_output=True, text=True)
+        assert proc.returncode == 0, f"the C++ core does not build warning-free:\n{proc.stdout}\n{proc.stderr}"
+    else:
+        for name in ("fastrack_replay", "fastrack_price"):
+            proc = subprocess.run([cxx, *WARN, "-O2", f"-I{CPP}", "-o", str(out / name), str(CPP / f"{name}.cpp")],
+                                  capture_output=True, text=True)
+            assert proc.returncode == 0, f"{name} does not build warning-free:\n{proc.stderr}"
+    return {"replay": out / "fastrack_replay", "price": out / "fastrack_price"}
+
+
+def run_core(core, export_dir: Path, schedule_out: Path | None = None, *extra: str, rc: int = 0) -> dict:
+    cmd = [str(core["replay"]), str(export_dir), *extra]
+    if schedule_out is not None:
+        cmd += ["--schedule", str(schedule_out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == rc, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def assert_same(core, export_dir: Path, graph: OpGraph, sched, expected: dict) -> dict:
+    """The C++ driver's results equal the Python replay's, node by node, and every derived node
+    is priced by the C++ formulas exactly as the Python model priced it."""
+    checked = (export_dir / "params.txt").exists()
+    got = run_core(core, export_dir, export_dir / "cpp-schedule.bin", *(["--check-prices"] if checked else []))
+    if checked and "priced" in got["price_check"]:
+        assert got["price_check"]["mismatches"] == 0, got["price_check"]
+        derived = int(((graph.kind >= 16) & (graph.kind <= 24)).sum())  # the kinds with a C++ formula
+        assert got["price_check"]["priced"] == derived
+    cs = read_schedule(export_dir / "cpp-schedule.bin")
+    assert np.array_equal(cs["order"], sched.order), "visiting order differs"
+    assert np.array_equal(cs["start"], sched.start), _first_diff(graph, cs["start"], sched.start, "start")
+    assert np.array_equal(cs["finish"], sched.finish), _first_diff(graph, cs["finish"], sched.finish, "finish")
+    assert np.array_equal(cs["crit_pred"], sched.crit_pred), "binding prerequisite differs"
+    assert np.array_equal(cs["bound_by"], sched.bound_by.astype(np.int8)), "binding kind differs"
+    assert got["makespan_ns"] == expected["makespan_ns"]
+    assert got["origin_ns"] == expected["origin_ns"] == (int(sched.start.min()) if graph.n else 0)
+    assert got["per_rank"] == expected["per_rank"]
+    assert [(r["name"], r["busy_ns"], r["ops"], r["servers"]) for r in got["resources"]] == \
+        [(r["name"], r["busy_ns"], r["ops"], r["servers"]) for r in expected["resources"]]
+    return got
+
+
+def _first_diff(graph, a, b, what):
+    i = int(np.flatnonzero(a != b)[0])
+    return f"{what} of {graph.node_label(i)}: C++ {int(a[i])}, Python {int(b[i])}"
+
+
+def export_replay(tmp_path: Path, trace: Path, protocol: str = "captured", **kw):
+    rep = replay_trace(trace, protocol=protocol, **kw)
+    out = tmp_path / f"export-{protocol}"
+    expected = write_export(out, rep.graph, rep.schedule, rep.result, trace=str(trace), protocol=protocol,
+                            model_info=rep.result.model)
+    return rep, out, expected
+
+
+def available_protocols() -> list[str]:
+    try:
+        from replay.plugins import available_protocols as avail
+        installed = set(avail())
+    except Exception:  # the registry is optional for the captured replay
+        installed = set()
+    return [p for p in SUPPORTED_PROTOCOLS if p == "captured" or p in installed]
+
+
+PROTOCOLS = available_protocols()
+# real traces (single-rank, larger): the host-side protocols; the multi-GPU ones run on the
+# hand-made and synthetic traces above
+REAL_PROTOCOLS = [p for p in PROTOCOLS if p in ("captured", "none", "baseline", "fastrack")]
+
+
+# ---------------------------------------------------------------------------------------------
+# random graphs: every engine rule
+
+
+def random_graph(seed: int, n: int = 300) -> OpGraph:
+    """A random schedulable graph: nodes on levels (edges go to higher levels; barrier groups
+    within a level, so contracting them keeps it acyclic), lanes with 1-3 servers, every edge
+    kind, negative STREAM lags, LAUNCH edges, release times, coarse (often tied) order keys."""
+    rng = np.random.default_rng(seed)
+    n_lanes = int(rng.integers(1, 8))
+    n_ranks = int(rng.integers(1, 4))
+    level = np.sort(rng.integers(0, max(2, n // 6), n))
+    lane = np.where(rng.random(n) < 0.1, -1, rng.integers(0, n_lanes, n)).astype(np.int32)
+    dur = rng.integers(0, 100, n).astype(np.int64)
+    srcs, dsts, kinds, lags = [], [], [], []
+    prev_on_lane: dict[int, int] = {}
+    for i in range(n):
+        lower = np.flatnonzero(level < level[i])
+        if lower.size:
+            for s in rng.choice(lower, size=min(lower.size, int(rng.integers(0, 4))), replace=False):
+                k = int(rng.integers(0, len(DepKind)))
+                srcs.append(int(s)), dsts.append(i), kinds.append(k)
+                lags.append(int(rng.integers(-40, 5)) if k == DepKind.STREAM else int(rng.integers(0, 30)))
+        p = prev_on_lane.get(int(lane[i]))
+        if p is not None and level[p] < level[i] and rng.random() < 0.5:
+            srcs.append(p), dsts.append(i), kinds.append(int(DepKind.STREAM)), lags.append(int(rng.integers(-60, 3)))
+        if lane[i] >= 0:
+            prev_on_lane[int(lane[i])] = i
+    group = np.full(n, -1, np.int64)
+    gid = 0
+    for lv in np.unique(level):
+        members = np.flatnonzero(level == lv)
+        rng.shuffle(members)
+        while members.size >= 2 and rng.random() < 0.4:
+            k = int(rng.integers(2, min(4, members.size) + 1))
+            group[members[:k]] = gid
+            gid += 1
+            members = members[k:]
+    order = np.argsort(np.asarray(dsts, np.int64), kind="stable")
+    dst = np.asarray(dsts, np.int64)[order]
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
+    z = np.zeros(n, np.int64)
+    return OpGraph(
+        op_id=np.arange(n, dtype=np.int64) * 3 + 7, origin=np.arange(n, dtype=np.int64),
+        rank=rng.integers(0, n_ranks, n).astype(np.int32), kind=np.full(n, 3, np.int8),
+        category=np.zeros(n, np.int8), lane=lane, dur=dur, bytes=rng.integers(0, 1 << 20, n).astype(np.int64),
+        copy_dir=np.zeros(n, np.int8), host_mem=np.zeros(n, np.int8), name=np.zeros(n, np.int32),
+        order=(rng.integers(0, 20, n) * 10).astype(np.int64),
+        release=np.where(rng.random(n) < 0.3, rng.integers(-20, 500, n), 0).astype(np.int64),
+        group=group, dep_ptr=ptr, dep_src=np.asarray(srcs, np.int64)[order],
+        dep_kind=np.asarray(kinds, np.uint8)[order], dep_lag=np.asarray(lags, np.int64)[order],
+        lanes=Lanes(rank=rng.integers(0, n_ranks, n_lanes).astype(np.int32), type=rng.integers(0, 10, n_lanes).astype(np.int8),
+                    key=np.arange(n_lanes, dtype=np.int64), servers=rng.integers(1, 4, n_lanes).astype(np.int32),
+                    names=tuple(f"lane {i}, \"quoted\"" for i in range(n_lanes))),
+        names=("x",), captured_start=z.copy(), captured_dur=z.copy(), step=np.full(n, -1, np.int32),
+    )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_graphs_schedule_identically(core, tmp_path, seed):
+    g = random_graph(seed, n=int(np.random.default_rng(seed).integers(1, 400)))
+    s = schedule(g)
+    res = summarize(g, s, "captured", g.n)
+    expected = write_export(tmp_path / "x", g, s, res)
+    assert_same(core, tmp_path / "x", g, s, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# traces: hand-made, synthetic, real
+
+
+@pytest.mark.parametrize("ops", [launch_trace, two_rank_collective], ids=["launch", "collective"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_hand_made_traces(core, tmp_path, ops, protocol):
+    trace = write(tmp_path / "t.parquet", ops())
+    rep, out, expected = export_replay(tmp_path, trace, protocol)
+    assert expected["makespan_ns"] == rep.result.makespan_ns
+    assert_same(core, out, rep.graph, rep.schedule, expected)
+
+
+def synth(tmp_path: Path, ops: int, seed: int, ranks: int = 1) -> Path:
+    from tracegen.synth import command as synth_command
+
+    path = tmp_path / f"synth-{ops}-{seed}-{ranks}.parquet"
+    r = CliRunner().invoke(synth_command, ["random", "--ops", str(ops), "--seed", str(seed), "--ranks", str(ranks),
+                                           "-o", str(path)])
+    assert r.exit_code == 0, r.output
+    return path
+
+
+@pytest.mark.parametrize("seed,ranks", [(1, 1), (2, 2), (3, 1), (4, 3)])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_synthetic_traces(core, tmp_path, seed, ranks, protocol):
+    trace = synth(tmp_path, 1500, seed, ranks)
+    rep, out, expected = export_replay(tmp_path, trace, protocol)
+    assert_same(core, out, rep.graph, rep.schedule, expected)
+
+
+@pytest.mark.skipif("baseline" not in PROTOCOLS, reason="the h100 protocols are not installed")
+@pytest.mark.parametrize("protocol", ["baseline", "fastrack"])
+def test_reprice_equals_a_python_replay_with_other_parameters(core, tmp_path, protocol):
+    """Re-pricing an export with other rates (durations only) gives the Python replay under those rates."""
+    trace = synth(tmp_path, 1500, 11, 2)
+    rep, out, _ = export_replay(tmp_path, trace, protocol)
+    changes = {"pcie.h2d_bandwidth_gb_s": 17.3, "pcie.d2h_bandwidth_gb_s": 21.0, "cpu_crypto.core_gb_s": 1.7,
+               "ce.crypto_gb_s": 9.5, "auth.serial_gb_s": 2.25, "auth.parallel_gb_s_per_sm": 0.05}
+    text = (out / "params.txt").read_text()
+    for k, v in changes.items():
+        text = "\n".join(f"{k} = {v!r}" if line.startswith(k + " =") else line for line in text.splitlines()) + "\n"
+    (out / "params.txt").write_text(text)
+    got = run_core(core, out, None, "--check-prices", rc=1)  # exported durations no longer match
+    assert got["price_check"]["mismatches"] > 0 and "priced" in got["price_check"]["first"]
+    got = run_core(core, out, None, "--reprice")
+    other = replay_trace(trace, protocol=protocol, overrides=[f"{k}={v}" for k, v in changes.items()])
+    assert other.result.makespan_ns != rep.result.makespan_ns
+    assert got["makespan_ns"] == other.result.makespan_ns
+    assert [r["busy_ns"] for r in got["resources"]] == [r["busy_ns"] for r in other.result.resources]
+
+
+@pytest.mark.parametrize("protocol", REAL_PROTOCOLS)
+@pytest.mark.parametrize("trace", sorted(TRACES.glob("*.parquet")) or [None],
+                         ids=lambda p: p.name if p else "no-traces")
+def test_real_traces(core, tmp_path, trace, protocol):
+    if trace is None:
+        pytest.skip("no traces/*.parquet in this checkout")
+    rep, out, expected = export_replay(tmp_path, trace, protocol)
+    assert_same(core, out, rep.graph, rep.schedule, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line and its refusals
+
+
+def test_cli_writes_every_file(core, tmp_path):
+    from replay.cli import main
+
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["export-gem5", str(trace), "--protocol", "captured", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    for name in ("graph.bin", "lanes.csv", "params.json", "run_gem5.py", "expected.json"):
+        assert (out / name).is_file(), name
+    exp = json.loads((out / "expected.json").read_text())
+    assert exp["makespan_ns"] == 140 and exp["expected_ticks"] == 140_000 and exp["format_version"] == 1
+    compile((out / "run_gem5.py").read_text(), "run_gem5.py", "exec")  # valid Python
+    got = run_core(core, out)
+    assert got["makespan_ns"] == 140 and {r["name"] for r in got["resources"]} == {"rank0/thread 1", "rank0/gpu0/stream 7"}
+    assert not list(out.glob("*.part"))
+
+
+def test_unsupported_protocol_is_refused(tmp_path):
+    from replay.cli import main
+
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    r = CliRunner().invoke(main, ["export-gem5", str(trace), "--protocol", "warp-drive", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2
+    assert "not supported by the gem5 export" in r.output and "captured" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_unsupported_model_is_refused(tmp_path):
+    from replay.cli import main
+
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    proto = next((p for p in PROTOCOLS if p != "captured"), "none")
+    r = CliRunner().invoke(main, ["export-gem5", str(trace), "--protocol", proto, "--model", "blackwell",
+                                  "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "model 'blackwell'" in r.output
+
+
+def test_rate_outside_the_exact_range_is_refused():
+    from fastrack.errors import ConfigError
+    from replay.export_gem5 import check_params
+    from replay.plugins import load_model
+
+    H100Model = load_model("h100")
+    params = H100Model.from_preset().params
+    check_params(params)
+    params["pcie"]["h2d_bandwidth_gb_s"] = 1e-5
+    with pytest.raises(ConfigError, match="pcie.h2d_bandwidth_gb_s .* outside the range"):
+        check_params(params)
+    params = H100Model.from_preset().params
+    params["pcie"]["mystery_ns"] = 3
+    with pytest.raises(ConfigError, match="pcie.mystery_ns has no counterpart"):
+        check_params(params)
+
+
+@pytest.mark.skipif("none" not in PROTOCOLS, reason="the h100 protocols are not installed")
+def test_parameter_refusal_through_the_cli(tmp_path):
+    from replay.cli import main
+
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    r = CliRunner().invoke(main, ["export-gem5", str(trace), "--protocol", "none", "--set",
+                                  "pcie.h2d_bandwidth_gb_s=0.00001", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "outside the range" in r.output
+
+
+@pytest.mark.skipif("none" not in PROTOCOLS, reason="the h100 protocols are not installed")
+def test_gem5_parameters_mirror_the_preset(tmp_path):
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    rep, out, _ = export_replay(tmp_path, trace, "none", preset="h100-pcie")
+    p = json.loads((out / "params.json").read_text())
+    params, gem5 = p["params"], p["gem5"]
+    assert p["preset"] == "h100-pcie"
+    assert gem5["pcie_h2d"]["params"]["bandwidth_gb_s"] == params["pcie"]["h2d_bandwidth_gb_s"]
+    assert gem5["pcie_d2h"]["params"]["latency"] == f"{params['pcie']['latency_ns']}ns"
+    assert gem5["gpu_auth"]["params"]["sms"] == params["gpu"]["sms"]
+    assert gem5["bounce_pool"]["params"]["slot_size"] == f"{params['bounce']['slot_bytes']}B"
+    assert gem5["copy_engine"]["params"]["engines"] == params["gpu"]["copy_engines"]
+    script = (out / "run_gem5.py").read_text()
+    assert "FastrackReplayer" in script and "FastrackPCIeLink" in script
+    tree = ast.parse(script)  # valid Python, and RESOURCES is a literal equal to params.json's
+    res = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "RESOURCES")
+    assert ast.literal_eval(res) == gem5
+    assert gem5["gpu_auth"]["params"]["parallel"] is False
+    _, out2, _ = export_replay(tmp_path / "f", trace, "fastrack")
+    assert json.loads((out2 / "params.json").read_text())["gem5"]["gpu_auth"]["params"]["parallel"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver validates its input
+
+
+@pytest.fixture
+def good_export(tmp_path):
+    g = random_graph(5, 50)
+    s = schedule(g)
+    write_export(tmp_path / "good", g, s, summarize(g, s, "captured", g.n))
+    return tmp_path / "good", g
+
+
+def _run_bad(core, path) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(core["replay"]), str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)  # a message, never a crash
+    assert proc.stderr.startswith("error: ") and proc.stdout == ""
+    return proc
+
+
+def test_bad_magic_version_and_truncation(core, good_export, tmp_path):
+    src, _ = good_export
+    raw = (src / "graph.bin").read_bytes()
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"PK\x03\x04" + raw[4:])
+    assert "bad magic" in _run_bad(core, bad).stderr
+    bad.write_bytes(raw[:8] + (7).to_bytes(4, "little") + raw[12:])
+    assert "version 7 is not supported" in _run_bad(core, bad).stderr
+    bad.write_bytes(raw[:-100])
+    assert "truncated or corrupt" in _run_bad(core, bad).stderr
+    bad.write_bytes(raw[:20])
+    assert "too short" in _run_bad(core, bad).stderr
+    bad.write_bytes(raw[:16] + (1 << 62).to_bytes(8, "little") + raw[24:])  # absurd node count
+    assert "imply" in _run_bad(core, bad).stderr
+    bad.write_bytes(raw[:-8] + b"XXXXXXXX")
+    assert "end marker" in _run_bad(core, bad).stderr
+    assert "cannot open" in _run_bad(core, tmp_path / "missing.bin").stderr
+
+
+def _patched(g: OpGraph, tmp_path: Path, **changes) -> Path:
+    path = tmp_path / "patched.bin"
+    write_graph(path, g.replace(**changes))
+    return path
+
+
+def test_bad_references_are_messages(core, good_export, tmp_path):
+    _, g = good_export
+    assert g.num_edges > 0
+    src = g.dep_src.copy()
+    src[0] = g.n + 5
+    assert "does not exist" in _run_bad(core, _patched(g, tmp_path, dep_src=src)).stderr
+    lane = g.lane.copy()
+    lane[3] = len(g.lanes) + 2
+    assert "which does not exist" in _run_bad(core, _patched(g, tmp_path, lane=lane)).stderr
+    dur = g.dur.copy()
+    dur[1] = -5
+    assert "duration -5" in _run_bad(core, _patched(g, tmp_path, dur=dur)).stderr
+    kind = g.dep_kind.copy()
+    kind[0] = 42
+    assert "unknown kind 42" in _run_bad(core, _patched(g, tmp_path, dep_kind=kind)).stderr
+    ptr = g.dep_ptr.copy()
+    ptr[1], ptr[2] = ptr[2] + 1, ptr[1]
+    assert "dependency index" in _run_bad(core, _patched(g, tmp_path, dep_ptr=ptr)).stderr
+    lanes = g.lanes
+    bad_lanes = Lanes(rank=lanes.rank, type=lanes.type, key=lanes.key, servers=np.zeros_like(lanes.servers),
+                      names=lanes.names)
+    assert "servers" in _run_bad(core, _patched(g, tmp_path, lanes=bad_lanes)).stderr
+
+
+def test_cycles_are_named(core, tmp_path):
+    from test_engine import graph
+
+    g = graph([1, 1, 1], deps=[(0, 1, DepKind.DATA, 0), (1, 2, DepKind.DATA, 0), (2, 0, DepKind.DATA, 0)])
+    err = _run_bad(core, _patched(g, tmp_path)).stderr
+    assert "dependency cycle through 3 node(s)" in err and "op 0" in err
+    g = graph([1, 1], deps=[(0, 1, DepKind.DATA, 0)], group=[4, 4])
+    assert "same collective group" in _run_bad(core, _patched(g, tmp_path)).stderr
+
+
+def test_lanes_csv_must_match(core, good_export):
+    src, _ = good_export
+    (src / "lanes.csv").write_text("index,type,rank,servers,name\n0,stream,0,1,only one\n")
+    assert "lanes listed" in _run_bad(core, src).stderr
+
+
+def test_format_layout_is_as_documented(good_export):
+    src, g = good_export
+    raw = (src / "graph.bin").read_bytes()
+    assert raw[:8] == b"FTRKGRPH" and raw[-8:] == END_MAGIC
+    version, header = np.frombuffer(raw, "<u4", 2, 8)
+    n, e, lanes, flags = np.frombuffer(raw, "<u8", 4, 16)
+    assert (version, header, n, e, lanes, flags) == (1, HEADER_BYTES, g.n, g.num_edges, len(g.lanes), 0)
+    assert len(raw) == HEADER_BYTES + 9 * lanes + 58 * n + 8 * (n + 1) + 17 * e + 8
+
+
+# ---------------------------------------------------------------------------------------------
+# pricing: the C++ formulas against the Python model
+
+
+def test_rate_fractions_match_python(core):
+    rng = np.random.default_rng(7)
+    vals = np.exp(rng.uniform(np.log(1e-3), np.log(1e12), 3000)).tolist()
+    vals += [round(float(v), int(d)) for v, d in zip(rng.uniform(0.01, 200, 2000), rng.integers(0, 8, 2000))]
+    vals += [float(a) / float(b) for a, b in zip(rng.integers(1, 30000, 2000), rng.integers(1, 30000, 2000))]
+    vals += [4.15, 3.46, 0.54, 1.46, 1 / 3, 0.1 + 0.2, 9999.99995, 132 * 1.0, 114 * 1.1]
+    vals = [v for v in vals if v >= 1e-3]
+    out = subprocess.run([str(core["price"])], input="".join(f"fraction {v!r}\n" for v in vals),
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    for v, line in zip(vals, out, strict=True):
+        f = Fraction(str(v)).limit_denominator(10_000)
+        assert line == f"{f.numerator} {f.denominator}", v
+
+
+def test_h100_prices_match_the_python_model(core):
+    from fastrack.schema import CopyDir
+    from replay.plugins import load_model
+
+    H100Model = load_model("h100")
+
+    rng = np.random.default_rng(3)
+    sizes = np.concatenate([[0, 1, 255, 256, 4095, 4096, 4097, 2 << 20], rng.integers(0, 1 << 28, 300)]).astype(np.int64)
+    for preset, overrides in (("h100-sxm", ()), ("h100-pcie", ()),
+                              ("h100-sxm", ("pcie.h2d_bandwidth_gb_s=25.3", "cpu_crypto.core_gb_s=3.333",
+                                            "auth.parallel_gb_s_per_sm=0.37", "ce.op_overhead_ns=17"))):
+        hw = H100Model.from_preset(preset, overrides)
+        p = hw.params
+        q = []
+        for b in sizes.tolist():
+            q.append(f"pcie {p['pcie']['h2d_bandwidth_gb_s']!r} {p['pcie']['latency_ns']} {b}")
+            q.append(f"pcie {p['pcie']['d2h_bandwidth_gb_s']!r} {p['pcie']['latency_ns']} {b}")
+            c = p["cpu_crypto"]
+            q.append(f"cpu {c['core_gb_s']!r} {c['call_overhead_ns']} {c['call_bytes']} {b}")
+            q.append(f"ce {p['ce']['crypto_gb_s']!r} {p['ce']['op_overhead_ns']} {b}")
+            a = p["auth"]
+            for par in (0, 1):
+                q.append(f"auth {a['serial_gb_s']!r} {a['parallel_gb_s_per_sm']!r} {p['gpu']['sms']} "
+                         f"{a['op_overhead_ns']} {par} {b}")
+            q.append(f"chunks {p['bounce']['slot_bytes']} {p['bounce']['slots']} {b}")
+        s = p["submit"]
+        q += [f"submit {s['kernel_ns']} {s['copy_ns']} {s['memset_ns']} {s['collective_ns']} {k}" for k in range(8)]
+        out = subprocess.run([str(core["price"])], input="\n".join(q) + "\n", capture_output=True, text=True,
+                             check=True).stdout.split()
+        want = []
+        for b in sizes.tolist():
+            want += [int(hw.pcie_ns(b, CopyDir.H2D)), int(hw.pcie_ns(b, CopyDir.D2H)), int(hw.cpu_encrypt_ns(b)),
+                     int(hw.ce_crypto_ns(b)), int(hw.auth_ns(b, False)), int(hw.auth_ns(b, True)),
+                     max(1, -(-b // hw.bounce_slot_bytes))]
+        want += [int(v) for v in hw.submit_ns(np.arange(8))]
+        assert [int(v) for v in out] == want, (preset, overrides)
+
+
+def test_makefile_is_the_documented_entry_point():
+    text = (CPP / "Makefile").read_text()
+    for flag in ("-Wall", "-Wextra", "-Werror", "-std=c++17"):
+        assert flag in text
