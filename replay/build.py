@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from fastrack.errors import GraphError
-from fastrack.schema import COPY_DIR_BY_LABEL, HOST_MEM_BY_LABEL, OP_KIND_BY_LABEL, DepKind, OpKind
+from fastrack.schema import COPY_DIR_BY_LABEL, HOST_MEM_BY_LABEL, DepKind, OpKind
 from fastrack.traceio import Trace
 from replay.graph import KIND_CATEGORY, Lanes, LaneType, OpGraph, edges_by_dependent
 

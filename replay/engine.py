@@ -27,7 +27,6 @@ Python, which gives the same results more slowly.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,13 +35,7 @@ from fastrack.errors import GraphError
 from fastrack.schema import DepKind
 from replay.graph import NO_LANE, OpGraph
 
-if os.environ.get("FASTRACK_NO_JIT"):
-    def njit(*args, **kwargs):
-        if args and callable(args[0]):
-            return args[0]
-        return lambda f: f
-else:
-    from numba import njit
+from fastrack.jit import njit
 
 # How a node's start was bound (the ``bound_by`` result).
 BOUND_RELEASE = -1  # by its release time (or time 0)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fastrack.errors import GraphError
-from fastrack.schema import DepKind, OpKind
+from fastrack.schema import OpKind
 
 
 class Category(enum.IntEnum):

@@ -23,6 +23,7 @@ from fastrack.atomic import atomic_path
 from fastrack.cli_support import reports_errors
 from fastrack.errors import ConfigError, FastrackError
 from replay import sweep as sw
+from replay.study.spec import override_text
 
 DEFAULT_FACTORS = "0.5,2"
 
@@ -68,7 +69,7 @@ def sensitivity(trace: str, protocol: str, model: str = "h100", preset: str | No
                 row["status"] = "rounds to baseline"
             else:
                 row["value"] = float(new)
-                ovr = tuple(sorted([o for o in fixed if o.partition("=")[0] != name] + [sw._override_text(name, new)]))
+                ovr = tuple(sorted([o for o in fixed if o.partition("=")[0] != name] + [override_text(name, new)]))
                 try:
                     pt = sw.make_point(resolver, trace, sha, protocol, preset, ovr)
                 except ConfigError as exc:

@@ -36,11 +36,9 @@ from replay.study.points import (
     CAPTURED, NONE, ModelResolver, Plan, Point, Resolved, check_protocols, file_sha256, make_point, plan_study,
 )
 from replay.study.spec import StudySpec, load_study_file, parse_set_options, split_values
-from replay.study.spec import override_text as _override_text  # noqa: F401 - used by replay.sensitivity
 from replay.study.store import (
     CHUNK_ROWS, CHUNK_SECONDS, FIXED_COLUMNS, META_KEY, ResultStore, finish_table, make_row,
 )
-from replay.study.store import read_meta as _read_meta  # noqa: F401 - used by the tests
 from replay.study.worker import GRAPH_CACHE_SIZE, run_batch
 
 __all__ = [  # the study API, re-exported from replay.study (``from replay import sweep as sw``)

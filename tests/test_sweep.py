@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import fakeplugins
 from replay import sweep as sw
+from replay.study.store import read_meta
 from replay.cli import main
 from tracegen.cli import main as tracegen_main
 
@@ -62,7 +63,7 @@ def test_grid_columns_and_slowdown(tmp_path, traces, fake):
     # more bandwidth, less time (fake-slow, same trace and crypto)
     one = slow[(slow["trace"] == traces[0]) & (slow["cpu.crypto_gb_s"] == 2.0)].sort_values("pcie.bandwidth_gb_s")
     assert one["makespan_ns"].is_monotonic_decreasing and len(one) == 2
-    meta = sw._read_meta(out)
+    meta = read_meta(out)
     assert meta["fingerprint"] and meta["complete"] and meta["swept"] == ["cpu.crypto_gb_s", "pcie.bandwidth_gb_s"]
 
 

@@ -437,7 +437,7 @@ def _conv_dims(base: str, ins, outs, args):
     t = [x for x in ins if x is not None]
     if len(t) < 2 or not outs:
         return None
-    x, w, out = t[0], t[1], outs[0]
+    w, out = t[1], outs[0]
     if len(w.shape) < 3 or len(out.shape) < 3:
         return None
     groups = 1

@@ -33,7 +33,6 @@ host/GPU feedback through syncs), compiled with numba like the replay engine
 from __future__ import annotations
 
 import math
-import os
 import re
 
 import click
@@ -46,13 +45,7 @@ from fastrack.errors import ConfigError
 from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
 from fastrack.traceio import make_table, write_trace
 
-if os.environ.get("FASTRACK_NO_JIT"):
-    def njit(*args, **kwargs):
-        if args and callable(args[0]):
-            return args[0]
-        return lambda f: f
-else:
-    from numba import njit
+from fastrack.jit import njit
 
 # ---------------------------------------------------------------------------------------------
 # Cost constants (nominal, H100-class numbers; a stand-in for a measurement)

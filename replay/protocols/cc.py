@@ -194,7 +194,7 @@ def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOption
     prev = np.where(j > 0, np.arange(len(ch)) - 1, -1)  # previous chunk of the same copy
     last_chunk = ch.last_of_copy()[c]
     ov = opts.overlap
-    D, P, R = DepKind.DATA, DepKind.PROGRAM, DepKind.RESOURCE
+    D, P = DepKind.DATA, DepKind.PROGRAM
     cl = lat[c]
 
     def chain(stage_idx, mask):  # stage_j after stage_{j-1} (same copy)

@@ -126,7 +126,7 @@ def transform_p2p(graph: OpGraph, model, opts: P2POptions, protocol: str = "cc-m
     key_m = inst_key[msg.inst] + msg.step
 
     ch = chunk(msg.nbytes, model.bounce_slot_bytes)
-    c, j, k = ch.copy, ch.j, ch.k
+    c, j = ch.copy, ch.j
     nb = ch.nbytes
     K = len(ch)
     Mn = len(msg)
@@ -138,7 +138,6 @@ def transform_p2p(graph: OpGraph, model, opts: P2POptions, protocol: str = "cc-m
     # --- encrypted CE commands: per chunk and side (unbatched) or per message and side (batched);
     # created interleaved (sender, receiver) so a rank's proxy serves them in message order
     unit_of_chunk = c if opts.batched_meta else np.arange(K, dtype=np.int64)
-    U = Mn if opts.batched_meta else K
     unit_msg = np.arange(Mn, dtype=np.int64) if opts.batched_meta else c
     anchors = np.stack([sM[unit_msg], dM[unit_msg]], axis=1).ravel()
     lanes = np.stack([px_s[unit_msg], px_d[unit_msg]], axis=1).ravel()

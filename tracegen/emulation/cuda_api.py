@@ -172,7 +172,6 @@ def patched_torch(rec: Recorder):
         patch(mod, "_get_foreach_kernels_supported_devices", lambda: orig_fe() + ["meta"])
         patch(mod, "_get_fused_kernels_supported_devices", lambda: orig_fused() + ["meta"])
     orig_pin = torch.Tensor.pin_memory
-    orig_is_pinned = torch.Tensor.is_pinned
 
     def pin_memory(self, device=None):
         if self.is_meta:
