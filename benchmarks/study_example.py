@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STUDY = ROOT / "docs" / "studies" / "pcie_x_crypto.toml"
 OUT = ROOT / "benchmarks" / "out" / "study_example.parquet"
 FIG = ROOT / "docs" / "img" / "study_example.png"
-SHIPPED = [ROOT / "traces" / "llama.parquet", ROOT / "traces" / "llama_infer.parquet"]
+SHIPPED = [ROOT / "traces" / "llama.parquet", ROOT / "traces" / "resnet.parquet"]
 PCIE = "pcie.h2d_bandwidth_gb_s"
 CRYPTO = "cpu_crypto.core_gb_s"
 
