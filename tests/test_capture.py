@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the test extra installs torch==2.13.0)
 
 from fastrack.schema import DepKind  # noqa: E402
 from fastrack.traceio import read_trace  # noqa: E402

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from fastrack.errors import GraphError
 from fastrack.schema import DepKind
 from replay.engine import schedule
-from replay.graph import Lanes, LaneType, OpGraph
+from replay.graph import Lanes, OpGraph
 from replay.results import critical_path
 
 

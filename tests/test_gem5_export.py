@@ -225,7 +225,6 @@ def test_synthetic_traces(core, tmp_path, seed, ranks, protocol):
     assert_same(core, out, rep.graph, rep.schedule, expected)
 
 
-@pytest.mark.skipif("baseline" not in PROTOCOLS, reason="the h100 protocols are not installed")
 @pytest.mark.parametrize("protocol", ["baseline", "fastrack"])
 def test_reprice_equals_a_python_replay_with_other_parameters(core, tmp_path, protocol):
     """Re-pricing an export with other rates (durations only) gives the Python replay under those rates."""
@@ -247,11 +246,8 @@ def test_reprice_equals_a_python_replay_with_other_parameters(core, tmp_path, pr
 
 
 @pytest.mark.parametrize("protocol", REAL_PROTOCOLS)
-@pytest.mark.parametrize("trace", sorted(TRACES.glob("*.parquet")) or [None],
-                         ids=lambda p: p.name if p else "no-traces")
+@pytest.mark.parametrize("trace", sorted(TRACES.glob("*.parquet")), ids=lambda p: p.name)
 def test_real_traces(core, tmp_path, trace, protocol):
-    if trace is None:
-        pytest.skip("no traces/*.parquet in this checkout")
     rep, out, expected = export_replay(tmp_path, trace, protocol)
     assert_same(core, out, rep.graph, rep.schedule, expected)
 
@@ -314,7 +310,6 @@ def test_rate_outside_the_exact_range_is_refused():
         check_params(params)
 
 
-@pytest.mark.skipif("none" not in PROTOCOLS, reason="the h100 protocols are not installed")
 def test_parameter_refusal_through_the_cli(tmp_path):
     from replay.cli import main
 
@@ -324,7 +319,6 @@ def test_parameter_refusal_through_the_cli(tmp_path):
     assert r.exit_code == 2 and "outside the range" in r.output
 
 
-@pytest.mark.skipif("none" not in PROTOCOLS, reason="the h100 protocols are not installed")
 def test_gem5_parameters_mirror_the_preset(tmp_path):
     trace = write(tmp_path / "t.parquet", launch_trace())
     rep, out, _ = export_replay(tmp_path, trace, "none", preset="h100-pcie")

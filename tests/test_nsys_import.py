@@ -10,7 +10,6 @@ tables carry the real (id, name, label) rows. Note the real ENUM_CUDA_MEM_KIND n
 
 from __future__ import annotations
 
-import importlib.util
 import sqlite3
 from pathlib import Path
 
@@ -545,8 +544,6 @@ def test_empty_cupti_tables(tmp_path):
 
 # --------------------------------------------------------------------------- end to end
 
-HAS_DEPS = importlib.util.find_spec("tracegen.dependencies") is not None
-HAS_CONVERT = importlib.util.find_spec("tracegen.convert") is not None
 
 
 def _as_table(result):
@@ -563,7 +560,6 @@ def _as_table(result):
     return make_table(cols)
 
 
-@pytest.mark.skipif(not HAS_DEPS, reason="tracegen/dependencies.py (derive_dependencies) does not exist yet")
 def test_end_to_end_through_derive_dependencies(scenario, tmp_path):
     from fastrack.schema import DepKind
     from fastrack.traceio import read_trace, write_trace
@@ -612,7 +608,6 @@ def test_end_to_end_through_derive_dependencies(scenario, tmp_path):
     assert {int(d) for ds in t["deps"] for d in ds} <= set(ids), "dangling dependency"
 
 
-@pytest.mark.skipif(not HAS_CONVERT, reason="tracegen/convert.py (the convert command) does not exist yet")
 def test_tracegen_convert_cli(scenario, tmp_path):
     from click.testing import CliRunner
 

@@ -68,10 +68,6 @@ def test_bad_input(tmp_path, trace, fake, args, message):
 
 
 def test_real_model(tmp_path, trace):
-    from replay import plugins
-
-    if "baseline" not in plugins.available_protocols():
-        pytest.skip("protocol baseline is not installed yet")
     out = tmp_path / "s.parquet"
     r = run(trace, "--protocol", "baseline", "-o", out, "-j", 2, "--factors", "0.5,2")
     assert r.exit_code == 0, r.output
