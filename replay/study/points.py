@@ -19,10 +19,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from fastrack import __version__
 from fastrack.errors import ConfigError, PluginError
+from replay.names import CAPTURED, NONE
 from replay.study.spec import StudySpec, flatten, override_text
-
-CAPTURED = "captured"
-NONE = "none"
 
 
 @dataclasses.dataclass(frozen=True)

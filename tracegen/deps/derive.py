@@ -5,7 +5,7 @@ The steps, in data order: read the raw frame (:mod:`~tracegen.deps.raw`), flatte
 blocking calls and add gap ops (hosts), derive the edges (program, launch, stream
 (:mod:`~tracegen.deps.streams`), sync and event (:mod:`~tracegen.deps.syncs`), collective
 (:mod:`~tracegen.deps.collectives`)), then assemble the table (:mod:`~tracegen.deps.assemble`).
-The contract and the rules are in :mod:`tracegen.dependencies` and ``docs/conventions.md``.
+The contract and the rules are in :mod:`tracegen.deps` and ``docs/conventions.md``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def no_gc() -> Iterator[None]:
 
 
 def derive_dependencies(raw: pd.DataFrame, *, path: str | None = None) -> pa.Table:
-    """Build a schema-v1 table from a raw-op frame (see :mod:`tracegen.dependencies` for the contract).
+    """Build a schema-v1 table from a raw-op frame (see :mod:`tracegen.deps` for the contract).
 
     ``path`` only labels error messages. Raises :class:`TraceFormatError` on bad input
     (negative or NaN durations, unknown kinds, no host or GPU op at all).
