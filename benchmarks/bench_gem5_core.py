@@ -91,14 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # a protocol that is not installed: report, do not crash
             rows.append([proto, "-", "-", "-", "-", "-", "-", f"unavailable: {exc}"[:60]])
             continue
-        py_sched, _ = best_of(lambda: schedule(rep.graph))
+        py_sched, _ = best_of(lambda rep=rep: schedule(rep.graph))
         export_dir = OUT / f"gem5-export-{trace.stem}-{proto.replace(':', '_')}"
         t0 = time.perf_counter()
         expected = write_export(load_exporter("gem5"), export_dir, rep.graph, rep.schedule, rep.result,
                                 trace=str(trace), protocol=proto, model_info=rep.result.model)
         export_s = time.perf_counter() - t0
 
-        def run_driver():
+        def run_driver(export_dir=export_dir):
             p = subprocess.run([str(driver), str(export_dir)], capture_output=True, text=True)
             if p.returncode != 0:
                 raise SystemExit(f"fastrack_replay failed: {p.stderr.strip()}")

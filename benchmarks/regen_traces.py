@@ -9,8 +9,9 @@ repository root, unchanged except that its ``-o traces/NAME.parquet`` becomes ``
 ``tracegen capture`` unless ``--overwrite`` is given; OUTDIR must not be ``traces/`` itself.
 
 ``--check`` then compares each regenerated trace with the shipped one: the number of ops and the
-number of ops of each kind. It prints one line per trace and a line per differing kind, and exits
-with status 1 when any trace differs (0 when all match).
+number of ops of each kind, then (when those agree) every column of every op (captures are
+deterministic: the same command writes the same ops). It prints one line per trace and a line per
+differing kind or column, and exits with status 1 when any trace differs (0 when all match).
 """
 
 from __future__ import annotations
@@ -86,7 +87,31 @@ def compare(name: str, regenerated: Path | None) -> bool:
     for kind in sorted(set(shipped) | set(got)):
         if shipped[kind] != got[kind]:
             print(f"    {kind}: shipped {shipped[kind]}, regenerated {got[kind]} ({got[kind] - shipped[kind]:+d})")
+    if same:
+        columns = differing_columns(SHIPPED / name, regenerated)
+        for col, n in columns.items():
+            print(f"    column {col}: {n} op(s) differ")
+        same = not columns
+        if not same:
+            print(f"{name}: same op counts, different op contents -> MISMATCH")
     return same
+
+
+def differing_columns(a: Path, b: Path) -> dict[str, int]:
+    """``{column: number of rows that differ}`` between two traces with the same number of ops."""
+    import pyarrow.parquet as pq
+
+    ta, tb = pq.read_table(a), pq.read_table(b)
+    out = {}
+    for col in sorted(set(ta.schema.names) | set(tb.schema.names)):
+        if col not in ta.schema.names or col not in tb.schema.names:
+            out[col] = ta.num_rows
+            continue
+        va, vb = ta.column(col).to_pylist(), tb.column(col).to_pylist()
+        n = sum(x != y for x, y in zip(va, vb))
+        if n:
+            out[col] = n
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,6 @@ launch. ``Bert`` follows Hugging Face ``BertForMaskedLM`` with the SDPA attentio
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch

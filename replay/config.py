@@ -35,7 +35,7 @@ from fastrack.errors import ConfigError
 
 SOURCE_SUFFIX = "_source"
 PRESET_TABLE = "preset"
-_PRESET_KEYS = {"name": str, "description": str, "extends": str}
+_PRESET_KEYS = {"name": str, "description": str, "extends": str, "model": str}
 
 # Unit suffixes a numeric key may end with (optionally followed by ``_per_<thing>``, e.g.
 # ``parallel_gb_s_per_sm``); other numeric keys must declare metadata unit="count".
@@ -54,18 +54,36 @@ class Preset:
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         """Every value as a nested plain dict (section -> key -> value)."""
-        return {f.name: dataclasses.asdict(getattr(self.values, f.name)) for f in dataclasses.fields(self.values)}
+        return {f.name: dataclasses.asdict(getattr(self.values, f.name)) for f in dataclasses.fields(self.values)
+                if getattr(self.values, f.name) is not None}
 
 
 def sections(root_cls: type) -> dict[str, type]:
-    """Table name -> section dataclass of a root parameter dataclass."""
+    """Table name -> section dataclass of a root parameter dataclass. A field typed
+    ``Section | None = None`` is an *optional* table (:func:`optional_sections`)."""
     out = {}
     for f in dataclasses.fields(root_cls):
-        typ = _resolve(root_cls, f)
+        typ = _unwrap_optional(_resolve(root_cls, f))
         if not dataclasses.is_dataclass(typ):
             raise TypeError(f"{root_cls.__name__}.{f.name} must be a dataclass section")
         out[f.name] = typ
     return out
+
+
+def optional_sections(root_cls: type) -> set[str]:
+    """Tables a preset may omit (root fields that default to None)."""
+    return {f.name for f in dataclasses.fields(root_cls) if f.default is None}
+
+
+def _unwrap_optional(typ: Any) -> Any:
+    import types
+    import typing
+
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return typ
 
 
 def fields_of(section_cls: type) -> dict[str, dataclasses.Field]:
@@ -121,7 +139,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read preset: {exc.strerror}", path=path) from None
 
 
-def _raw_with_bases(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+def _raw_with_bases(path: Path, seen: tuple[Path, ...] = (), model: str | None = None
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(merged tables without [preset], the file's own [preset] table), following ``extends``."""
     path = path.resolve()
     if path in seen:
@@ -139,6 +158,9 @@ def _raw_with_bases(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, 
     for key in ("name", "description"):
         if key not in head:
             raise ConfigError(f"[{PRESET_TABLE}] is missing key '{key}'", path=path)
+    if model is not None and head.get("model", model) != model:
+        raise ConfigError(f"[{PRESET_TABLE}] model: this preset is for model '{head['model']}', not '{model}'",
+                          path=path)
     for table, body in raw.items():
         if not isinstance(body, dict):
             raise ConfigError(f"'{table}' must be a table ([{table}]), got {_show(body)}", path=path)
@@ -152,17 +174,19 @@ def _raw_with_bases(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, 
         base_path = path.parent / base_path
     if not base_path.is_file():
         raise ConfigError(f"[{PRESET_TABLE}] extends '{base_ref}': no such preset ({base_path})", path=path)
-    base, _ = _raw_with_bases(base_path, seen + (path,))
+    base, _ = _raw_with_bases(base_path, seen + (path,), model)
     merged = {t: dict(body) for t, body in base.items()}
     for table, body in raw.items():
         merged.setdefault(table, {}).update(body)
     return merged, head
 
 
-def load_preset(root_cls: type, path: Path, overrides: Iterable[str] | Mapping[str, Any] = ()) -> Preset:
-    """Load and validate a preset file for ``root_cls``, then apply ``--set`` overrides."""
+def load_preset(root_cls: type, path: Path, overrides: Iterable[str] | Mapping[str, Any] = (),
+                model: str | None = None) -> Preset:
+    """Load and validate a preset file for ``root_cls``, then apply ``--set`` overrides. ``model``: the
+    loading model's name; a preset (or one it extends) whose ``[preset] model`` names another is refused."""
     path = Path(path)
-    raw, head = _raw_with_bases(path)
+    raw, head = _raw_with_bases(path, model=model)
     return _build(root_cls, raw, head, str(path), overrides)
 
 
@@ -180,9 +204,13 @@ def _build(root_cls, raw, head, path: str, overrides) -> Preset:
     for table in raw:
         if table not in secs:
             raise ConfigError(_unknown_msg(None, table, list(secs) + [PRESET_TABLE]), path=where)
-    values: dict[str, dict[str, Any]] = {}
+    values: dict[str, dict[str, Any] | None] = {}
     sources: dict[str, dict[str, str]] = {}
+    optional = optional_sections(root_cls)
     for table, cls in secs.items():
+        if table not in raw and table in optional:
+            values[table] = None
+            continue
         if table not in raw:
             raise ConfigError(f"missing table [{table}] (keys: {', '.join(fields_of(cls))})", path=where)
         body = raw[table]
@@ -203,9 +231,12 @@ def _build(root_cls, raw, head, path: str, overrides) -> Preset:
             values[table][key] = _check_value(cls, f, body[key], f"[{table}] {key}", where)
             sources[table][key] = src.strip()
     for table, key, value, text in _parse_overrides(secs, overrides):
+        if values[table] is None:
+            raise ConfigError(f"--set {text}: table [{table}] is optional and this preset does not have it "
+                              "(give the whole table in a preset file)", path=where)
         values[table][key] = value
         sources[table][key] = f"override: --set {text}"
-    root = root_cls(**{t: secs[t](**values[t]) for t in secs})
+    root = root_cls(**{t: (None if values[t] is None else secs[t](**values[t])) for t in secs})
     return Preset(name=str(head.get("name", Path(path).stem if path else "")), path=path,
                   description=str(head.get("description", "")), values=root, sources=sources)
 

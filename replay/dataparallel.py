@@ -28,7 +28,7 @@ the flat bucket (a few small kernels per bucket), unused-parameter detection, bu
 dtypes, gradient accumulation without sync (``no_sync``), ranks that differ (stragglers).
 
 The all-reduces have no measured duration: the protocol prices them (``none``: plaintext on the
-model's topology; ``cc-multi``...: encrypted messages), so ``captured`` is refused.
+model's topology; ``baseline``, ``fastrack``...: encrypted messages), so ``captured`` is refused.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def data_parallel_graph(graph: OpGraph, world: int, bucket_mb: float, protocols)
     """:func:`data_parallel` for the command line: refuses ``captured`` among ``protocols``."""
     if CAPTURED in [p.strip() for p in protocols]:
         raise ConfigError("--data-parallel adds all-reduces that were never measured: choose a protocol that prices "
-                          "them (none, ppcie, cc-multi, ...), not 'captured'")
+                          "them (none, ppcie, baseline, fastrack, ...), not 'captured'")
     return data_parallel(graph, world, bucket_mb)
 
 

@@ -75,6 +75,7 @@ class Exporter(abc.ABC):
     def check(self, protocol: str, model: str) -> None:
         """Refuse, before anything is replayed, a protocol or model it does not support (raise a
         :class:`~fastrack.errors.FastrackError`). The default accepts everything."""
+        return None
 
     @abc.abstractmethod
     def write(self, out: Path, job: ExportJob) -> dict[str, Any]:

@@ -127,7 +127,7 @@ class HardwareModel(abc.ABC):
         """Load ``preset`` (a name from :meth:`available_presets` or a path to a TOML file; ``None``
         for the default) and apply ``--set`` overrides (``["pcie.latency_ns=900", ...]``)."""
         path = config.resolve_preset_path(preset, cls.presets_dir, cls.default_preset)
-        return cls(config.load_preset(cls.Params, path, overrides))
+        return cls(config.load_preset(cls.Params, path, overrides, model=cls.name))
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], overrides: Iterable[str] | Mapping[str, Any] = (),

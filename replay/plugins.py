@@ -3,7 +3,10 @@
 * group ``fastrack.models``: ``name = "package.module:ModelClass"`` (a subclass of
   :class:`replay.model.HardwareModel`);
 * group ``fastrack.protocols``: ``name = "package.module:OBJECT"``, a protocol object (callable
-  ``(graph, model) -> graph``, see :class:`replay.protocols.Protocol`) or a class building one;
+  ``(graph, model) -> graph``, see :class:`replay.protocols.Protocol`), a class building one, or
+  a :class:`ProtocolAlias` (another name, resolved when loaded). ``NAME+OPT[+OPT]`` loads
+  ``NAME`` and applies options through its ``with_options(("OPT", ...))`` (a protocol without
+  that method takes no options);
 * group ``fastrack.exporters``: ``name = "package.module:OBJECT"``, an
   :class:`replay.exporter.Exporter` (or a class building one); it becomes the command
   ``replay export-<name>``.
@@ -69,9 +72,30 @@ def load_model(name: str) -> type:
     return cls
 
 
-def load_protocol(name: str):
-    """The protocol registered as ``name``: call it as ``protocol(graph, model) -> new graph``."""
+class ProtocolAlias:
+    """An entry point that stands for another protocol name (which may carry ``+options``)."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+    def __repr__(self) -> str:
+        return f"<alias of {self.target}>"
+
+
+def load_protocol(name: str, _seen: tuple[str, ...] = ()):
+    """The protocol registered as ``name`` (``NAME+OPT+...``: with options, see the module doc);
+    call it as ``protocol(graph, model) -> new graph``."""
+    base, *opts = [part.strip() for part in name.split("+")]
+    if opts:
+        obj = load_protocol(base, _seen)
+        if not hasattr(obj, "with_options"):
+            raise PluginError(f"protocol '{base}' takes no options (asked for '{name}')")
+        return obj.with_options(tuple(opts))
     obj = _load(PROTOCOLS_GROUP, "protocol", name)
+    if isinstance(obj, ProtocolAlias):
+        if name in _seen:
+            raise PluginError(f"protocol alias '{name}' refers to itself through {' -> '.join(_seen)}")
+        return load_protocol(obj.target, (*_seen, name))
     if isinstance(obj, type):
         try:
             obj = obj()
@@ -95,4 +119,4 @@ def load_exporter(name: str):
 
 
 __all__ = ["available_exporters", "available_models", "available_protocols", "load_exporter", "load_model",
-           "load_protocol", "DEFAULT_MODEL", "EXPORTERS_GROUP", "MODELS_GROUP", "PROTOCOLS_GROUP"]
+           "load_protocol", "ProtocolAlias", "DEFAULT_MODEL", "EXPORTERS_GROUP", "MODELS_GROUP", "PROTOCOLS_GROUP"]

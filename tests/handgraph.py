@@ -5,8 +5,11 @@ from __future__ import annotations
 ROUND = {
     "gpu": {"sms": 4, "copy_engines": 2},
     "pcie": {"h2d_bandwidth_gb_s": 1.0, "d2h_bandwidth_gb_s": 1.0, "latency_ns": 1000},
+    "host": {"staging_copy_gb_s": 10.0},
     "cpu_crypto": {"core_gb_s": 1.0, "call_overhead_ns": 0, "call_bytes": 1_000_000, "threads": 1},
-    "ce": {"crypto_gb_s": 2.0, "op_overhead_ns": 0},
+    "ce": {"crypto_gb_s": 2.0, "op_overhead_ns": 0, "secure_channels_per_direction": 1},
+    # optional table: the emulated authentication kernel, used only by the GPU-to-GPU messages of
+    # tests/test_multigpu.py (the host-copy CC path has no separate authentication stage)
     "auth": {"serial_gb_s": 0.5, "parallel_gb_s_per_sm": 1.0, "op_overhead_ns": 0},
     "submit": {"kernel_ns": 1000, "copy_ns": 1000, "memset_ns": 1000, "collective_ns": 1000},
     "bounce": {"slot_bytes": 1_000_000, "slots": 2},
@@ -16,6 +19,7 @@ ROUND = {
                  "pcie_p2p_gb_s": 1.0, "pcie_p2p_latency_ns": 2000, "internode_gb_s": 1.0,
                  "internode_latency_ns": 5000, "allreduce": "ring"},
     "keys": {"usage_limit": 10**12, "ivs_per_key": 2**31, "rotation_stall_ns": 1_000_000},
+    "p2p": {"chunk_bytes": 1_000_000, "meta_bytes_per_page": 32, "sync_ns": 1000},
 }
 
 

@@ -123,6 +123,64 @@ def test_skip_and_keep_steps(emu, tmp_path):
     _check_deps(df)
 
 
+GPU_BOUND = """
+import torch
+a = torch.ones(4096, 4096, device="cuda", dtype=torch.bfloat16)
+w = torch.nn.Parameter(torch.ones(4096, 4096, device="cuda", dtype=torch.bfloat16))
+opt = torch.optim.SGD([w], lr=0.1)
+for step in range(3):          # no read-back: the GPU runs milliseconds behind the host
+    y = a
+    for _ in range(6):
+        y = y @ w
+    y.float().sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def _first_gpu_gap(df):
+    """Launch call end -> start of the first GPU op, ns."""
+    gpu = df[df.kind.isin(["kernel", "memcpy", "memset"])].sort_values("start_ns")
+    first = gpu.iloc[0]
+    call = [d for d, k in zip(first.deps, first.dep_kinds) if k == DepKind.LAUNCH][0]
+    return int(first.start_ns - (df.start_ns[call] + df.dur_ns[call]))
+
+
+def test_skipped_steps_leave_no_phantom_launch_lag(emu, tmp_path):
+    """The step before the kept ones leaves a GPU tail; once it is dropped, the first kept
+    kernel starts at its launch call's end plus the launch latency, not behind the dropped tail."""
+    from tracegen.emulation.costmodel import H100_SXM
+
+    script = _script(tmp_path, GPU_BOUND)
+    res, full_out = _capture(script, out=tmp_path / "full.parquet")
+    assert res.exit_code == 0, res.output
+    full = _df(full_out)
+    step1 = full[full.step == 1]
+    # without slicing, step 1's first kernel is queued behind step 0's tail (the test's premise)
+    k1 = step1[step1.kind == "kernel"].sort_values("start_ns").iloc[0]
+    call = [d for d, k in zip(k1.deps, k1.dep_kinds) if k == DepKind.LAUNCH][0]
+    assert k1.start_ns - (full.start_ns[call] + full.dur_ns[call]) > 1_000_000
+    res, out = _capture(script, "--skip-steps", "1", "--steps", "1", out=tmp_path / "kept.parquet")
+    assert res.exit_code == 0, res.output
+    df = _df(out)
+    _check_deps(df)
+    assert set(df.step) == {1} and df.start_ns.min() == 0
+    assert _first_gpu_gap(df) == H100_SXM.launch_latency_ns
+    # the kept step's GPU work is what it was, and now ends no later than its host ops plus the work
+    gpu = df[df.kind == "kernel"]
+    assert sorted(gpu.dur_ns) == sorted(step1[step1.kind == "kernel"].dur_ns)
+    span = (df.start_ns + df.dur_ns).max()
+    assert span < (step1.start_ns + step1.dur_ns).max() - step1.start_ns.min()
+    # the host thread is still back to back, and every GPU op starts when its kept deps allow
+    host = df[df.kind.isin(["cpu", "runtime", "sync"])]
+    assert (host.start_ns.values[1:] == (host.start_ns + host.dur_ns).values[:-1]).all()
+    ends = df.start_ns + df.dur_ns
+    for i in gpu.index:
+        bound = max(ends[d] + (H100_SXM.launch_latency_ns if k == DepKind.LAUNCH else 0)
+                    for d, k in zip(df.deps[i], df.dep_kinds[i]) if k in (DepKind.LAUNCH, DepKind.STREAM))
+        assert df.start_ns[i] == bound
+
+
 STREAMS = """
 import torch
 torch.manual_seed(0)

@@ -17,13 +17,51 @@ SXM = PRESETS_DIR / "h100-sxm.toml"
 
 
 def test_shipped_presets_load_with_a_source_for_every_value():
-    assert {"h100-sxm", "h100-pcie"} <= set(H100Model.available_presets())
+    assert {"h100-sxm", "h100-pcie", "h100-sxm-aesni"} <= set(H100Model.available_presets())
     for name in H100Model.available_presets():
         m = H100Model.from_preset(name)
         assert m.preset_name == name
         for table, body in m.params.items():
             for key in body:
-                assert m.sources[table][key].strip(), (name, table, key)
+                src = m.sources[table][key].strip()
+                assert src, (name, table, key)
+                if table in ("topology", "keys", "p2p"):  # multi-GPU tables: docs/multi-gpu.md
+                    continue
+                # every single-GPU source cites docs/sources.md or says it is an assumption
+                assert re.search(r"\[S\d+\]", src) or src.startswith("assumption"), (name, table, key, src)
+
+
+def test_host_presets_differ_only_in_cpu_crypto():
+    vaes, aesni = H100Model.from_preset("h100-sxm"), H100Model.from_preset("h100-sxm-aesni")
+    diff = {(t, k) for t in vaes.params for k in vaes.params[t] if vaes.params[t][k] != aesni.params[t][k]}
+    assert diff == {("cpu_crypto", "core_gb_s"), ("cpu_crypto", "call_overhead_ns")}
+    assert vaes.cpu_crypto_gb_s(4096) > 2 * aesni.cpu_crypto_gb_s(4096)
+
+
+def test_preset_for_another_model_is_refused(tmp_path):
+    msg = _err(tmp_path, SXM.read_text().replace('model = "h100"', 'model = "b200"'))
+    assert "[preset] model: this preset is for model 'b200', not 'h100'" in msg and "bad.toml" in msg
+    # also through extends: a variant of another model's preset
+    (tmp_path / "other.toml").write_text(SXM.read_text().replace('model = "h100"', 'model = "b200"'))
+    v = _write(tmp_path, '[preset]\nname = "v"\ndescription = ""\nextends = "other"\n', "v.toml")
+    with pytest.raises(ConfigError, match="is for model 'b200'"):
+        H100Model.from_preset(str(v))
+
+
+def test_optional_auth_table(tmp_path):
+    # the default presets have no [auth] table (no separate authentication on the shipped H100);
+    # a preset may add it (the Fastrack paper's emulated kernel), whole
+    assert "auth" not in H100Model.from_preset().params
+    with pytest.raises(ConfigError, match=r"table \[auth\] is optional and this preset does not have it"):
+        H100Model.from_preset(None, ["auth.serial_gb_s=8"])
+    v = _write(tmp_path, '[preset]\nname = "emu"\ndescription = ""\nextends = "%s"\n\n[auth]\n'
+               'serial_gb_s = 8.0\nserial_gb_s_source = "assumption: t"\nparallel_gb_s_per_sm = 1.0\n'
+               'parallel_gb_s_per_sm_source = "assumption: t"\nop_overhead_ns = 0\n'
+               'op_overhead_ns_source = "assumption: t"\n' % SXM.as_posix(), "emu.toml")
+    m = H100Model.from_preset(str(v))
+    assert m.emulates_auth_kernel and m.params["auth"]["serial_gb_s"] == 8.0
+    msg = _err(tmp_path, SXM.read_text() + '\n[auth]\nserial_gb_s = 8.0\nserial_gb_s_source = "x"\n')
+    assert "[auth] is missing key 'parallel_gb_s_per_sm'" in msg
 
 
 def test_default_preset_is_sxm_and_pcie_overrides_only_what_differs():
@@ -90,7 +128,7 @@ def test_wrong_type(tmp_path):
 def test_out_of_range_and_choices(tmp_path):
     msg = _err(tmp_path, SXM.read_text().replace("h2d_bandwidth_gb_s = 50.0", "h2d_bandwidth_gb_s = 0"))
     assert "[pcie] h2d_bandwidth_gb_s: must be > 0" in msg
-    msg = _err(tmp_path, SXM.read_text().replace('h2d = "all"', 'h2d = "some"'))
+    msg = _err(tmp_path, SXM.read_text().replace('h2d = "pinned"', 'h2d = "some"'))
     assert "[direct] h2d: expected one of 'all', 'pinned', 'pageable', 'none'" in msg
 
 

@@ -206,6 +206,7 @@ protocol = ["fake-fast"]
     assert r.exit_code == 2 and "empty value list" in r.output
 
 
+@pytest.mark.slow  # starts a two-process Dask cluster
 def test_dask_cluster_matches_local_row_for_row(tmp_path, traces, fake):
     import distributed
     local = tmp_path / "local.parquet"

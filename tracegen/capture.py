@@ -12,6 +12,11 @@ Two paths (``docs/capture.md``):
 Steps: an explicit ``ProfilerStep#N`` annotation (``record_function`` or ``prof.step()``) wins;
 otherwise every ``optimizer.step()`` call ends a step. Step k holds the ops after the k-th
 boundary up to and including the (k+1)-th; ops after the last boundary have step -1.
+``--skip-steps``/``--steps`` keep some steps and cut every dependency on the others
+(:mod:`tracegen.steps`).
+
+What-if speed factors (emulation only, :mod:`tracegen.emulation.speed`): ``--gpu-speed``,
+``--copy-speed``, ``--host-speed``; recorded in the metadata (``capture_tool``).
 """
 
 from __future__ import annotations
@@ -26,14 +31,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import click
-import numpy as np
 import pyarrow as pa
 
 from fastrack import __version__
 from fastrack.cli_support import reports_errors
 from fastrack.errors import CaptureError
 from fastrack.outputs import check_input_path, check_output_path
-from fastrack.traceio import make_table, write_trace
+from fastrack.traceio import write_trace
 
 DEVICES = ("h100-sxm", "h100-pcie")
 HOST_TIME_MODES = ("modelled", "measured")  # tracegen.emulation.hosttime.MODES
@@ -82,40 +86,7 @@ def _print_script_traceback(exc: BaseException, path: Path) -> None:
 
 # ----------------------------------------------------------------------------- steps
 
-def select_steps(table: pa.Table, skip_steps: int = 0, steps: int | None = None) -> pa.Table:
-    """Keep the ops of steps ``[first+skip, first+skip+steps)`` (counting the distinct step
-    numbers present), renumber op ids 0..n-1, drop deps on removed ops and move the origin to
-    the earliest kept op. No-op when neither is requested."""
-    if not skip_steps and steps is None:
-        return table
-    step = table.column("step").to_numpy()
-    present = sorted(int(s) for s in np.unique(step[step >= 0]))
-    if not present:
-        raise CaptureError("no step boundaries found (no optimizer.step() call and no ProfilerStep#N "
-                           "annotation); --skip-steps/--steps need them")
-    if skip_steps >= len(present):
-        raise CaptureError(f"the script ran {len(present)} step(s); --skip-steps {skip_steps} leaves none")
-    chosen = present[skip_steps: None if steps is None else skip_steps + steps]
-    if steps is not None and len(chosen) < steps:
-        click.echo(f"warning: only {len(chosen)} step(s) after the skipped ones; keeping those", err=True)
-    mask = np.isin(step, chosen)
-    kept = table.filter(pa.array(mask))
-    old_ids = kept.column("op_id").to_numpy()
-    idmap = {int(o): i for i, o in enumerate(old_ids)}
-    deps_in = kept.column("deps").to_pylist()
-    kinds_in = kept.column("dep_kinds").to_pylist()
-    deps, kinds = [], []
-    for ds, ks in zip(deps_in, kinds_in):
-        pairs = [(idmap[d], k) for d, k in zip(ds, ks) if d in idmap]
-        deps.append([p[0] for p in pairs])
-        kinds.append([p[1] for p in pairs])
-    start = kept.column("start_ns").to_numpy()
-    cols = {name: kept.column(name) for name in kept.schema.names}
-    cols["op_id"] = np.arange(len(old_ids), dtype=np.int64)
-    cols["start_ns"] = start - (start.min() if len(start) else 0)
-    cols["deps"] = deps
-    cols["dep_kinds"] = kinds
-    return make_table(cols)
+from tracegen.steps import select_steps  # noqa: E402  (re-exported: capture's step selection)
 
 
 # ----------------------------------------------------------------------------- emulated path
@@ -128,14 +99,17 @@ def recorder_table(rec) -> pa.Table:
 
 
 def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_steps: int = 0,
-                     steps: int | None = None, name: str | None = None,
-                     host_time: str = "modelled") -> tuple[pa.Table, dict[str, Any]]:
+                     steps: int | None = None, name: str | None = None, host_time: str = "modelled",
+                     gpu_speed: float = 1.0, copy_speed: float = 1.0,
+                     host_speed: float = 1.0) -> tuple[pa.Table, dict[str, Any]]:
     """Run ``script`` on the emulated GPU ``device``; return the trace table and its metadata.
-    ``host_time``: ``modelled`` (named per-op host costs) or ``measured`` (this machine's time)."""
+    ``host_time``: ``modelled`` (named per-op host costs) or ``measured`` (this machine's time).
+    ``gpu_speed``/``copy_speed``/``host_speed``: what-if factors (:mod:`tracegen.emulation.speed`)."""
     import torch
 
     from tracegen.emulation import Recorder, emulated_gpu
     from tracegen.emulation.costmodel import get_spec
+    from tracegen.emulation.speed import speed_factors
 
     spec = get_spec(device)
     path = Path(script)
@@ -143,16 +117,17 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
         raise CaptureError("no such script", path=str(path))
     if host_time not in HOST_TIME_MODES:
         raise CaptureError(f"unknown host time mode '{host_time}'; expected one of {', '.join(HOST_TIME_MODES)}")
-    rec = Recorder(spec, host_time=host_time)
+    speed = speed_factors(gpu_speed, copy_speed, host_speed)  # checked before the script runs
+    rec = Recorder(spec, host_time=host_time, gpu_speed=speed.gpu, copy_speed=speed.copy, host_speed=speed.host)
     with emulated_gpu(rec):
         run_script(path, script_args)
     if rec.gpu_ops == 0:
         raise CaptureError("the script launched no GPU work (no tensor or module was put on 'cuda'); "
                            "no trace written", path=str(path))
-    table = select_steps(recorder_table(rec), skip_steps, steps)
+    table = select_steps(recorder_table(rec), skip_steps, steps, launch_latency_ns=spec.launch_latency_ns)
     meta = _metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
                      torch_version=torch.__version__)
-    meta["capture_tool"] = f"fastrack tracegen capture (emulated GPU, {host_time} host time)"
+    meta["capture_tool"] = f"fastrack tracegen capture (emulated GPU, {host_time} host time{speed.describe()})"
     return table, meta
 
 
@@ -240,19 +215,29 @@ def _metadata(path: Path, name, *, emulated: bool, device_model, gpu_model, torc
 
 
 def capture(script, script_args=(), *, emulate: bool | None = None, device: str = "h100-sxm", skip_steps: int = 0,
-            steps: int | None = None, name: str | None = None,
-            host_time: str = "modelled") -> tuple[pa.Table, dict[str, Any]]:
-    """Capture ``script``: the profiler path on a real GPU, else (or with ``emulate=True``) emulation."""
+            steps: int | None = None, name: str | None = None, host_time: str = "modelled",
+            gpu_speed: float = 1.0, copy_speed: float = 1.0,
+            host_speed: float = 1.0) -> tuple[pa.Table, dict[str, Any]]:
+    """Capture ``script``: the profiler path on a real GPU, else (or with ``emulate=True``) emulation.
+    The speed factors apply to emulation only; a real GPU refuses any other than 1."""
     import torch
 
+    from tracegen.emulation.speed import speed_factors
+
+    speed = speed_factors(gpu_speed, copy_speed, host_speed)
     if emulate is None:
         emulate = not torch.cuda.is_available()
     if not emulate:
         if not torch.cuda.is_available():
             raise CaptureError("--no-emulate needs a CUDA GPU, and torch.cuda.is_available() is False here")
+        changed = [f"--{k.replace('_', '-')}" for k, v in speed.as_metadata().items() if v != 1.0]
+        if changed:
+            raise CaptureError(f"{', '.join(changed)} only apply to the emulated GPU (--emulate); "
+                               "a real GPU runs at its own speed")
         return capture_profiler(script, script_args, skip_steps=skip_steps, steps=steps, name=name)
     return capture_emulated(script, script_args, device=device, skip_steps=skip_steps, steps=steps, name=name,
-                            host_time=host_time)
+                            host_time=host_time, gpu_speed=speed.gpu, copy_speed=speed.copy,
+                            host_speed=speed.host)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -274,13 +259,24 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
 @click.option("--host-time", type=click.Choice(HOST_TIME_MODES), default="modelled", show_default=True,
               help="emulation: host time from named per-op costs of a GPU server (modelled) or "
                    "as measured on this machine (measured)")
+@click.option("--gpu-speed", default="1", show_default=True, metavar="F",
+              help="emulation what-if: divide every kernel and memset duration by F (0.01..100)")
+@click.option("--copy-speed", default="1", show_default=True, metavar="F",
+              help="emulation what-if: divide every memcpy duration by F (0.01..100)")
+@click.option("--host-speed", default="1", show_default=True, metavar="F",
+              help="emulation what-if: divide every modelled host duration by F (0.01..100)")
 @reports_errors
-def command(script, script_args, output, overwrite, name, skip_steps, steps, device, emulate, host_time):
+def command(script, script_args, output, overwrite, name, skip_steps, steps, device, emulate, host_time,
+            gpu_speed, copy_speed, host_speed):
     """Run SCRIPT (as `python SCRIPT SCRIPT_ARGS` would) and write its GPU trace.
 
     Put `--` before SCRIPT_ARGS that look like options of this command. An existing output is
     replaced only with --overwrite.
     """
+    from tracegen.emulation.speed import speed_factors
+
+    speed = speed_factors(gpu_speed, copy_speed, host_speed)  # bad factors fail before anything runs
+    gpu_speed, copy_speed, host_speed = speed.gpu, speed.copy, speed.host
     script_args = list(script_args)
     if script_args and script_args[0] == "--":
         script_args = script_args[1:]
@@ -288,7 +284,8 @@ def command(script, script_args, output, overwrite, name, skip_steps, steps, dev
         check_input_path(script)
     out = check_output_path(output or f"{Path(script).stem}.parquet", [script], overwrite)
     table, meta = capture(script, script_args, emulate=emulate, device=device, skip_steps=skip_steps,
-                          steps=steps, name=name, host_time=host_time)
+                          steps=steps, name=name, host_time=host_time, gpu_speed=gpu_speed,
+                          copy_speed=copy_speed, host_speed=host_speed)
     write_trace(out, table, meta)
     kinds = table.column("kind").to_pylist()
     gpu = sum(k in ("kernel", "memcpy", "memset", "collective") for k in kinds)

@@ -38,8 +38,7 @@ from .model import H100Model
 
 # Protocols whose transformed graphs the C++ core is cross-checked against (tests/test_gem5_export.py).
 SUPPORTED_PROTOCOLS = (CAPTURED, "none", "baseline", "fastrack", "fastrack:direct", "fastrack:auth", "fastrack:overlap",
-                       "ppcie", "cc-multi", "cc-multi:batched-meta", "cc-multi:keymgmt", "cc-multi:auth",
-                       "cc-multi:overlap", "cc-multi:fastrack", "cc-multi:all")
+                       "ppcie", "cc-multi", "cc-multi:auth", "cc-multi:overlap", "cc-multi:fastrack")
 # Hardware models the gem5 SimObjects mirror (their parameters, one by one: GEM5_PARAM_MAP).
 SUPPORTED_MODELS = (H100Model.name,)
 RATE_RANGE_GB_S = (1e-3, 1e12)  # rates the C++ core converts to exact fractions like replay.model.bytes_ns
@@ -64,9 +63,11 @@ GEM5_PARAM_MAP: dict[str, dict[str, tuple[str, str, str]]] = {
         "call_bytes": ("cpu_crypto", "call_size", "bytes"),
         "threads": ("cpu_crypto", "threads", "count"),
     },
+    "host": {"staging_copy_gb_s": ("-", "-", "graph")},
     "ce": {
         "crypto_gb_s": ("copy_engine", "crypto_gb_s", "float"),
         "op_overhead_ns": ("copy_engine", "op_overhead", "ns"),
+        "secure_channels_per_direction": ("-", "-", "graph"),
     },
     "auth": {
         "serial_gb_s": ("gpu_auth", "serial_gb_s", "float"),
@@ -85,7 +86,11 @@ GEM5_PARAM_MAP: dict[str, dict[str, tuple[str, str, str]]] = {
         "gpus_per_node", "link", "nvlink_gb_s", "nvlink_latency_ns", "pcie_p2p_gb_s", "pcie_p2p_latency_ns",
         "internode_gb_s", "internode_latency_ns", "allreduce")},
     "keys": {k: ("-", "-", "graph") for k in ("usage_limit", "ivs_per_key", "rotation_stall_ns")},
+    "p2p": {k: ("-", "-", "graph") for k in ("chunk_bytes", "meta_bytes_per_page", "sync_ns")},
 }
+
+# Tables a preset may omit (the emulated authentication kernel: H100Params.auth).
+OPTIONAL_TABLES = ("auth",)
 
 # SimObject class and serving lane type of each attribute of the replayer (run_gem5.py).
 GEM5_OBJECTS: dict[str, tuple[str, LaneType | None]] = {
@@ -141,7 +146,7 @@ def check_params(params: dict[str, dict[str, Any]]) -> None:
             raise ConfigError(f"parameter table [{table}] lacks {', '.join(sorted(missing))}, which the gem5 "
                               "extension expects; export refused")
     for table in GEM5_PARAM_MAP:
-        if table not in params:
+        if table not in params and table not in OPTIONAL_TABLES:
             raise ConfigError(f"parameter table [{table}] is missing; the gem5 extension expects it; export refused")
 
 

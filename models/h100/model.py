@@ -7,12 +7,15 @@ Prices (integer ns, rounded up):
   the link, so pipelined chunks overlap their latencies);
 * CPU AES-GCM: ``ceil(bytes / call_bytes) * call_overhead_ns + ceil(bytes / core_gb_s)``: a
   fixed cost per AES-GCM call and a per-core streaming rate, fitted to ``openssl speed -evp
-  aes-256-gcm`` (0.54 / 1.46 / 3.46 GB/s at 256 B / 1 KiB / 8 KiB): the size-dependent
-  efficiency curve ``bytes / (call_overhead_ns + bytes / core_gb_s)``;
-* copy-engine AES-GCM: ``op_overhead_ns + ceil(bytes / crypto_gb_s)`` per chunk per engine;
-* GPU authentication: ``op_overhead_ns + ceil(bytes / rate)`` with ``rate = serial_gb_s`` or
-  ``parallel_gb_s_per_sm * sms``;
-* CC command submission: a fixed extra CPU time per launched op, by kind.
+  aes-256-gcm`` on one core (docs/model.md section 1; the host presets differ only here);
+* copy-engine secure copy (decrypt+verify, or encrypt+tag: one operation, one tag [S4]):
+  ``op_overhead_ns + ceil(ceil(bytes / parts) / crypto_gb_s)`` per chunk, ``parts`` = 1, or
+  ``gpu.copy_engines`` when the tag is computed in partial tags on every engine (Fastrack fix 2);
+* pageable staging without CC: ``ceil(bytes / host.staging_copy_gb_s)`` on the calling thread;
+* GPU authentication kernel: only with the optional ``[auth]`` table (Fastrack-paper emulation):
+  ``op_overhead_ns + ceil(bytes / rate)`` with ``rate = serial_gb_s`` or
+  ``parallel_gb_s_per_sm * sms``; 0 without it (the CE verifies the tag inside the copy);
+* CC command submission: one encrypted submission per host call, priced by the kind it submits.
 
 GPU-to-GPU (multi-GPU replays, docs/multi-gpu.md):
 
@@ -23,11 +26,16 @@ GPU-to-GPU (multi-GPU replays, docs/multi-gpu.md):
   share of a key's lifetime the message uses (``(bytes/16 + invocations) / usage_limit`` or
   ``invocations / ivs_per_key``, whichever is larger), rounded up;
 * the crypto page of encrypted staging: 4 KiB, one IV and tag each (a driver constant,
-  ``params.CRYPTO_PAGE_BYTES``).
+  ``params.CRYPTO_PAGE_BYTES``); ``p2p.meta_bytes_per_page`` of IV and tag per page travel with
+  the ciphertext;
+* encrypted GPU-to-GPU messages: staging chunks of ``p2p.chunk_bytes``, a host synchronisation
+  ``p2p.sync_ns`` per hand-off between engines (the CPU decrypts an encrypted completion
+  semaphore), the copy-engine and submission prices above for the CE operations.
 
-Resource lanes per rank: PCIe H2D, PCIe D2H, copy engines (``copy_engines`` servers), GPU
-authentication (one server: one authentication at a time), CPU crypto workers (``threads``
-servers; used only when ``threads > 1``). Host threads and streams come from the trace.
+Resource lanes per rank: PCIe H2D, PCIe D2H, copy engines (``copy_engines`` servers), the
+secure-copy channels of each direction (``GPU_CRYPTO`` key 0 = H2D, key 1 = D2H,
+``ce.secure_channels_per_direction`` servers each), GPU authentication (one server), CPU crypto
+workers (``threads`` servers; used only when ``threads > 1``). Host threads and streams come from the trace.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from fastrack.schema import CopyDir, OpKind
-from replay.graph import LaneType
+from replay.graph import NO_LANE, LaneType, OpGraph
 from replay.model import HardwareModel, NsArray, bytes_ns, ceil_div, direct_rule
 
 from .params import CRYPTO_PAGE_BYTES, H100Params
@@ -79,11 +87,30 @@ class H100Model(HardwareModel):
         return call_bytes / (c.call_overhead_ns + call_bytes / c.core_gb_s)
 
     # ---- GPU crypto
-    def ce_crypto_ns(self, nbytes: Any) -> NsArray:
-        return np.int64(self.p.ce.op_overhead_ns) + bytes_ns(nbytes, self.p.ce.crypto_gb_s)
+    def ce_crypto_ns(self, nbytes: Any, parts: int = 1) -> NsArray:
+        """One CE secure-copy operation of ``nbytes``; with ``parts`` > 1 its AES-GCM is spread over
+        that many engines (partial tags combined, [S6]): the largest part, ``ceil(bytes / parts)``, sets the time."""
+        share = ceil_div(nbytes, max(int(parts), 1))
+        return np.int64(self.p.ce.op_overhead_ns) + bytes_ns(share, self.p.ce.crypto_gb_s)
+
+    @property
+    def ce_split_parts(self) -> int:
+        """Engines a secure copy's crypto is spread over under Fastrack fix 2 (``gpu.copy_engines``)."""
+        return int(self.p.gpu.copy_engines)
+
+    def staging_copy_ns(self, nbytes: Any) -> NsArray:
+        """Host memcpy between pageable memory and the driver's pinned staging buffer (no CC)."""
+        return bytes_ns(nbytes, self.p.host.staging_copy_gb_s)
+
+    @property
+    def emulates_auth_kernel(self) -> bool:
+        """Does the preset add the Fastrack paper's separate authentication kernel (optional ``[auth]``)?"""
+        return self.p.auth is not None
 
     def auth_ns(self, nbytes: Any, parallel: bool) -> NsArray:
         a = self.p.auth
+        if a is None:  # the tag is verified inside the CE operation [S4]: no separate stage to price
+            return np.zeros(np.shape(nbytes), np.int64)
         rate = a.parallel_gb_s_per_sm * self.p.gpu.sms if parallel else a.serial_gb_s
         return np.int64(a.op_overhead_ns) + bytes_ns(nbytes, rate)
 
@@ -154,12 +181,40 @@ class H100Model(HardwareModel):
         """One IV and one 16 B tag per 4 KiB page (:data:`.params.CRYPTO_PAGE_BYTES`, driver format)."""
         return CRYPTO_PAGE_BYTES
 
+    # ---- encrypted GPU-to-GPU messages (replay/protocols/p2p.py)
+    @property
+    def p2p_chunk_bytes(self) -> int:
+        """Bytes of one P2P staging chunk (``p2p.chunk_bytes``)."""
+        return int(self.p.p2p.chunk_bytes)
+
+    def p2p_meta_bytes(self, nbytes: Any) -> NsArray:
+        """IV and tag bytes that travel with ``nbytes`` of ciphertext: one slot per crypto page (at least one)."""
+        pages = np.maximum(ceil_div(nbytes, CRYPTO_PAGE_BYTES), 1)
+        return (pages * np.int64(self.p.p2p.meta_bytes_per_page)).astype(np.int64)
+
+    def p2p_sync_ns(self) -> int:
+        """Host synchronisation per hand-off between engines (``p2p.sync_ns``)."""
+        return int(self.p.p2p.sync_ns)
+
     # ---- lanes
     def lane_specs(self) -> list[tuple[LaneType, str, int]]:
         return [
             (LaneType.PCIE_H2D, "pcie_h2d", 1),
             (LaneType.PCIE_D2H, "pcie_d2h", 1),
             (LaneType.COPY_ENGINE, "copy_engines", int(self.p.gpu.copy_engines)),
+            (LaneType.GPU_CRYPTO, "ce_secure_h2d", int(self.p.ce.secure_channels_per_direction)),
             (LaneType.GPU_AUTH, "gpu_auth", 1),
             (LaneType.CPU_CRYPTO, "cpu_crypto", int(self.p.cpu_crypto.threads)),
         ]
+
+    def add_lanes(self, graph: OpGraph) -> OpGraph:
+        """The base lanes plus the D2H secure-copy channel lane (``GPU_CRYPTO`` key 1) of every rank."""
+        graph = super().add_lanes(graph)
+        lanes = graph.lanes
+        changed = False
+        for r in np.unique(graph.rank).tolist():
+            if lanes.find(int(r), LaneType.GPU_CRYPTO, 1) == NO_LANE:
+                lanes, _ = lanes.add(int(r), LaneType.GPU_CRYPTO, 1, f"rank{int(r)}/ce_secure_d2h",
+                                     int(self.p.ce.secure_channels_per_direction))
+                changed = True
+        return graph.replace(lanes=lanes) if changed else graph

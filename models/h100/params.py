@@ -22,8 +22,10 @@ def _f(doc: str, **meta):
 
 @dataclass(frozen=True)
 class GpuParams:
-    sms: int = _f("streaming multiprocessors (scale parallel authentication)", unit="count", min=1)
-    copy_engines: int = _f("async copy engines usable for secure copies (servers of the CE lane)", unit="count", min=1)
+    sms: int = _f("streaming multiprocessors (scale the emulated parallel authentication kernel, [auth])",
+                  unit="count", min=1)
+    copy_engines: int = _f("async copy engines (servers of the CE lane; Fastrack fix 2 splits a secure copy's "
+                           "crypto over them)", unit="count", min=1)
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,26 @@ class CpuCryptoParams:
 
 @dataclass(frozen=True)
 class CeParams:
-    crypto_gb_s: float = _f("AES-GCM throughput of one copy engine, GB/s", exclusive_min=0)
-    op_overhead_ns: int = _f("fixed cost per copy-engine crypto operation (one chunk)", min=0)
+    crypto_gb_s: float = _f("AES-GCM throughput of one copy engine (decrypt+verify or encrypt+tag), GB/s",
+                            exclusive_min=0)
+    op_overhead_ns: int = _f("fixed cost per copy-engine secure-copy operation (one chunk, one tag)", min=0)
+    secure_channels_per_direction: int = _f("CE channels that process the secure copies of one direction, each "
+                                            "in IV order (servers of the per-direction secure-copy lane)",
+                                            unit="count", min=1)
+
+
+@dataclass(frozen=True)
+class HostParams:
+    staging_copy_gb_s: float = _f("one host thread's memcpy between pageable memory and the driver's pinned "
+                                  "staging buffer (pageable copies without CC), GB/s", exclusive_min=0)
 
 
 @dataclass(frozen=True)
 class AuthParams:
+    """Optional table: a separate GPU authentication kernel as in the Fastrack paper's emulated setup. The
+    shipped H100 has none (the copy engine verifies the tag inside the decrypting copy), so the default
+    presets omit it and authentication costs nothing beyond the CE operation."""
+
     serial_gb_s: float = _f("GPU authentication throughput with a serial GHASH chain, GB/s", exclusive_min=0)
     parallel_gb_s_per_sm: float = _f("parallel authentication throughput per SM, GB/s (x gpu.sms)",
                                      exclusive_min=0)
@@ -57,10 +73,14 @@ class AuthParams:
 
 @dataclass(frozen=True)
 class SubmitParams:
-    kernel_ns: int = _f("extra CPU time to encrypt/sign one kernel launch under CC", min=0)
-    copy_ns: int = _f("extra CPU time to encrypt/sign one copy submission under CC", min=0)
-    memset_ns: int = _f("extra CPU time to encrypt/sign one memset under CC", min=0)
-    collective_ns: int = _f("extra CPU time to encrypt/sign one collective kernel launch under CC", min=0)
+    """One encrypted submission (pushbuffer segment) per host submission call, priced by the most
+    expensive kind of GPU op it submits (a cudaGraphLaunch is one submission, whatever its size)."""
+
+    kernel_ns: int = _f("CPU time to encrypt one submission that launches kernels under CC (also the GPU-side "
+                        "delay of each op it submits)", min=0)
+    copy_ns: int = _f("same for a submission that issues a copy", min=0)
+    memset_ns: int = _f("same for a submission that issues a memset", min=0)
+    collective_ns: int = _f("same for a submission that launches a collective kernel", min=0)
 
 
 @dataclass(frozen=True)
@@ -98,14 +118,27 @@ class KeyParams:
 
 
 @dataclass(frozen=True)
+class P2PParams:
+    """Encrypted GPU-to-GPU messages (docs/multi-gpu.md section 3): staging and per-message costs."""
+
+    chunk_bytes: int = _f("bytes of one P2P staging chunk: one CE push (and one host synchronisation) per chunk "
+                          "and side unless metadata is batched per message", min=1)
+    meta_bytes_per_page: int = _f("IV + tag bytes per crypto page that travel with the ciphertext", min=0)
+    sync_ns: int = _f("host synchronisation per hand-off between engines (CPU polls and decrypts an encrypted "
+                      "completion semaphore)", min=0)
+
+
+@dataclass(frozen=True)
 class H100Params:
     gpu: GpuParams
     pcie: PcieParams
+    host: HostParams
     cpu_crypto: CpuCryptoParams
     ce: CeParams
-    auth: AuthParams
     submit: SubmitParams
     bounce: BounceParams
     direct: DirectParams
     topology: TopologyParams
     keys: KeyParams
+    p2p: P2PParams
+    auth: AuthParams | None = None  # optional table (Fastrack-paper emulation only)

@@ -9,8 +9,9 @@
 The CC data path itself (chunks, bounce slots, stages) is :mod:`.cc`.
 
 Multi-GPU (docs/multi-gpu.md): collectives priced on the model's topology (:mod:`.collectives`);
-``ppcie`` (:mod:`.ppcie`); ``cc-multi`` and its mitigations (:mod:`.multigpu`), whose encrypted
-GPU-to-GPU messages are :mod:`.p2p`.
+``ppcie`` (:mod:`.ppcie`); ``baseline`` and ``fastrack`` are complete systems on any number of
+GPUs (:mod:`.multigpu`: host path + encrypted GPU-to-GPU messages of :mod:`.p2p`, options
+``NAME+batched-meta``/``+keymgmt``, ``cc-multi*`` aliases).
 """
 
 from .base import Protocol

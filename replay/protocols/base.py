@@ -33,8 +33,10 @@ class Protocol(abc.ABC):
     def parallel_auth_modes(self) -> frozenset[bool]:
         """The GPU-authentication modes the transform uses: ``True`` parallel, ``False`` serial;
         both when it mixes them (say, host copies serial and GPU-to-GPU messages parallel), none
-        when it authenticates nothing (the default). Exporters to simulators with one mode per
-        GPU read it (the gem5 ``FastrackGpuAuth.parallel``)."""
+        when it authenticates nothing (the default). On the CC host-copy path "parallel" means each
+        secure copy's AES-GCM and tag are split over the copy engines (Fastrack fix 2, no separate
+        authentication stage). Exporters to simulators with one mode per GPU read it (the gem5
+        ``FastrackGpuAuth.parallel``, and the C++ pricer's split of secure-channel CE operations)."""
         return frozenset()
 
     def __call__(self, graph: OpGraph, model) -> OpGraph:

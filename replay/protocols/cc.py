@@ -1,32 +1,42 @@
-"""The confidential-computing data path as a graph transform, with Fastrack's three fixes as switches.
+"""The confidential-computing data path as the H100 driver implements it, as a graph transform,
+with Fastrack's three fixes as switches (docs/model.md section 3; sources in docs/sources.md).
 
 Every H2D/D2H copy ``M`` (launched by host call ``R`` on thread lane ``T``, on stream ``S``) is
-cut into bounce-slot-sized chunks ``0..k-1`` and becomes (lanes in brackets)::
+cut into staging-buffer chunks ``0..k-1`` (``bounce.slot_bytes``, 2 MiB [S7]). Per chunk ``j``:
 
-  H2D  R -> submit[T] -> encrypt_0..k-1[T] -> ... -> sync_wait[T] -> R's program successors
-                          |  (slot)           PCIe_0..k-1[pcie_h2d] -> CE decrypt_j[copy engines]
-                          '--------------->   -> authenticate_j[gpu_auth] -> M (0 ns, on S) --SYNC--> sync_wait
-  D2H  CE encrypt_j[copy engines] -> authenticate_j[gpu_auth] -> PCIe_j[pcie_d2h] (slot) -> M
-       R -> submit[T] -> CPU decrypt_0..k-1[T] (after PCIe) -> sync_wait[T] (after M)
+  H2D  cpu_encrypt_j [T, takes a bounce slot]   4 KiB AES-GCM calls in the calling thread [S5][S18]
+       pcie_j [pcie_h2d] and ce_decrypt_j [ce_secure_h2d] both start once chunk j is encrypted:
+       ONE copy-engine secure copy reads the ciphertext over PCIe and decrypts and verifies it
+       page by page [S4][S5]; chunk j is done at
+           max(ce_j finish, pcie_j finish + latency + one page of CE decryption + op overhead),
+       and the channel's next operation starts only then (IV order, one channel per direction
+       [S6]). M (0 ns, on S) follows the last chunk; the thread's sync_wait follows M.
+  D2H  ce_encrypt_j [ce_secure_d2h] and pcie_j [pcie_d2h] start together (the CE writes the
+       ciphertext onto PCIe as it encrypts); chunk j has landed at
+           max(pcie_j finish, ce_j finish + one page at PCIe rate) + latency;
+       cpu_decrypt_j [T] follows its landing; the call returns after the last chunk is decrypted.
 
-``M`` stays on its stream with zero duration: it marks the copy's completion for the stream and
-everything that waited on the copy. The first GPU-side stage inherits ``M``'s prerequisites
-(stream order, events, the launch edge). The switches:
+CPU encryption of chunk ``j+1`` overlaps the CE operation of chunk ``j`` (the driver submits per
+block and moves on [S5][S9]). There is no separate authentication stage: the copy engine checks
+the tag inside the decrypting copy [S4].
 
-* ``direct`` (Fastrack fix 1): copies the model marks ``direct_eligible`` carry data already
-  encrypted end to end: no CPU encryption (H2D) or decryption (D2H), no bounce slot;
-* ``parallel_auth`` (fix 2): authentication at the model's parallel rate instead of serial;
-* ``overlap`` (fix 3): stage ``j`` of a transfer waits only for stage ``j`` of the previous step
-  (chunk pipeline). Without it (the baseline) the GPU decrypts only after the whole transfer
-  arrived and authenticates only after all of it is decrypted (H2D); the GPU encrypts all, then
-  tags all, then sends (D2H), and the CPU decrypts once the whole transfer landed (so such a
-  transfer holds all its bounce slots at once: the pool grows to fit it, as the driver's pool
-  doubles on demand).
+The switches:
 
-CPU crypto runs in the calling thread (on its host lane) when the model has one crypto thread,
-or on the rank's CPU_CRYPTO lane (a pool of workers, the caller waiting) otherwise. H2D/D2H copies
-are host-synchronous in every CC protocol: the caller blocks until the copy and all earlier work
-on its stream finish. Every launched GPU op pays the model's encrypted-submission cost.
+* ``direct`` (Fastrack fix 1): copies the model marks ``direct_eligible`` carry data that arrived
+  encrypted (from a client or storage): the CE decrypts them with that key, no CPU pass and no
+  bounce slot. Without the fix such a copy costs TWO CPU passes per chunk (a ``cpu_recrypt`` node
+  decrypts the client's ciphertext before the encryption for the GPU; D2H: re-encrypts for the
+  client after the decryption) [S1];
+* ``parallel_auth`` (fix 2): each chunk's CE operation spreads its AES-GCM over
+  ``model.ce_split_parts`` engines, partial tags combined [S6]: its crypto time divides;
+* ``overlap`` (fix 3): page-grained instead of chunk-grained pipelining: the PCIe transfer and CE
+  operation of a chunk (D2H: its CPU decryption) start with the chunk's previous stage instead of
+  after it, and the chunk completes one page after its slowest stage (one-page lags on edges).
+
+Pageable copies that skip the bounce buffer (direct copies) keep the driver's pageable staging
+copy (``host_staging``, as under :mod:`.notee`); copies through the bounce buffer do not pay it
+twice (the CPU encryption is their staging). H2D/D2H copies are host-synchronous in every CC
+protocol [S11]. Every host submission call pays one encrypted submission (:mod:`.submit`).
 """
 
 from __future__ import annotations
@@ -36,9 +46,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastrack.errors import GraphError
-from fastrack.schema import CopyDir, DepKind
+from fastrack.schema import CopyDir, DepKind, HostMem
 from replay.engine import topological_order
-from replay.graph import LaneType, OpGraph, edges_by_dependent
+from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent
 
 from .base import Protocol
 from .bounce import add_ring
@@ -47,6 +57,8 @@ from .copies import Chunks, Copies, chunk, host_copies, launch_edges, launchers
 from .editor import GraphEditor, copy_in_edges, lanes_required
 from .kinds import DerivedKind
 from .submit import add_submission, redirect_program
+
+PAGE_BYTES = 4096  # crypto page for models that do not declare ``crypto_page_bytes`` (one IV and tag each, [S3])
 
 
 def pool_positions(ed: GraphEditor, cp: Copies) -> np.ndarray:
@@ -112,15 +124,27 @@ def transform_cc(graph: OpGraph, model, opts: CCOptions) -> OpGraph:
 def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOptions) -> None:
     """Replace every host<->GPU copy of ``cp`` by its CC data path (see the module docstring).
     ``tail`` (per existing node, the host node that now ends it) is advanced past the waits."""
+    threads = int(model.cpu_crypto_threads)
     path = _DataPath.of(ed.g, model, cp, opts)
     stages = _add_stages(ed, model, path, opts)
     host_prev = _host_chain(path, stages.wait, tail)
-    link = _Links(ed, path.ch, opts.overlap)
-    _cpu_crypto_edges(ed, path, stages, host_prev, int(model.cpu_crypto_threads))
-    _h2d_edges(ed, path, stages, link)
-    _d2h_edges(ed, path, stages, link)
-    _host_sync_edges(ed, path, stages, host_prev, int(model.cpu_crypto_threads))
-    _bounce_ring(ed, path, stages, cp, int(model.bounce_slots), opts.overlap)
+    _cpu_edges(ed, path, stages, host_prev, threads)
+    gate = _cpu_gate(path, stages, host_prev, threads, opts.overlap)
+    _h2d_edges(ed, path, stages, gate, opts.overlap)
+    _d2h_edges(ed, path, stages, opts.overlap)
+    _host_sync_edges(ed, path, stages, host_prev, threads, opts.overlap)
+    _bounce_ring(ed, path, stages, cp, int(model.bounce_slots))
+
+
+def _lane_with_key(g: OpGraph, ranks: np.ndarray, typ: LaneType, key: int) -> np.ndarray:
+    """Lane of type ``typ`` and key ``key`` for each rank (NO_LANE where missing)."""
+    lanes = g.lanes
+    out = np.full(ranks.shape, NO_LANE, np.int32)
+    for r in np.unique(ranks).tolist():
+        hit = np.flatnonzero((lanes.rank == r) & (lanes.type == typ) & (lanes.key == key))
+        if hit.size:
+            out[ranks == r] = hit[0]
+    return out
 
 
 @dataclass(frozen=True)
@@ -130,17 +154,22 @@ class _DataPath:
     ch: Chunks
     node: np.ndarray  # per copy: the copy's node
     launcher: np.ndarray  # per copy: the host call that issued it, or -1
-    direct: np.ndarray  # per copy: carries data already encrypted end to end (no CPU crypto, no slot)
+    direct: np.ndarray  # per copy: goes the direct way (fix 1 on a qualifying copy): no CPU crypto, no slot
+    two_pass: np.ndarray  # per copy: qualifying data on a path without fix 1: two CPU passes per chunk
     chunk_node: np.ndarray  # per chunk: its copy's node (the anchor of its stages)
     h2d: np.ndarray  # per chunk
-    staged: np.ndarray  # per chunk: goes through CPU crypto and a bounce slot
+    crypto: np.ndarray  # per chunk: goes through CPU crypto and a bounce slot
+    cpu: np.ndarray  # per chunk: has a CPU stage (crypto, or the pageable staging copy of a direct copy)
     latency: np.ndarray  # per chunk: PCIe latency of its direction, ns
+    page_ce: np.ndarray  # per chunk: CE time of one page (no op overhead)
+    page_pcie: np.ndarray  # per chunk: PCIe time of one page
+    page_cpu: np.ndarray  # per chunk: CPU time of one page (its CPU stage's rate)
+    ce_overhead: int  # ns per CE operation
     pcie_lane: np.ndarray  # per copy: PCIe lane of its direction
-    ce_lane: np.ndarray  # per copy
-    auth_lane: np.ndarray  # per copy
+    ce_lane: np.ndarray  # per copy: the secure-copy channel of its direction
     host_lane: np.ndarray  # per copy: the launching call's thread (the crypto pool without one)
-    cpu_lane: np.ndarray  # per copy: where its CPU crypto runs
-    host_order: np.ndarray  # per copy: priority of its CPU crypto (the launching call's order key)
+    cpu_lane: np.ndarray  # per copy: where its CPU stage runs
+    host_order: np.ndarray  # per copy: priority of its CPU stage (the launching call's order key)
 
     @property
     def d2h(self) -> np.ndarray:
@@ -163,15 +192,18 @@ class _DataPath:
     def of(g: OpGraph, model, cp: Copies, opts: CCOptions) -> "_DataPath":
         ch = chunk(cp.nbytes, model.bounce_slot_bytes)
         h2d_copy = cp.direction == CopyDir.H2D
-        direct = (np.asarray(model.direct_eligible(cp.direction, g.host_mem[cp.node], cp.nbytes), bool)
-                  if opts.direct else np.zeros(len(cp), bool))
+        qualifies = np.asarray(model.direct_eligible(cp.direction, g.host_mem[cp.node], cp.nbytes), bool)
+        direct = qualifies & opts.direct
+        pageable = g.host_mem[cp.node] == HostMem.PAGEABLE
         pcie_lane = np.where(h2d_copy, model.lane_index(g, cp.rank, LaneType.PCIE_H2D),
                              model.lane_index(g, cp.rank, LaneType.PCIE_D2H))
-        ce_lane = model.lane_index(g, cp.rank, LaneType.COPY_ENGINE)
-        auth_lane = model.lane_index(g, cp.rank, LaneType.GPU_AUTH)
+        ce_h2d = _lane_with_key(g, cp.rank, LaneType.GPU_CRYPTO, 0)
+        ce_d2h = _lane_with_key(g, cp.rank, LaneType.GPU_CRYPTO, 1)
+        if np.any(ce_h2d == NO_LANE) or np.any(ce_d2h == NO_LANE):  # a model without secure channels
+            ce_h2d = ce_d2h = model.lane_index(g, cp.rank, LaneType.COPY_ENGINE)
+        ce_lane = np.where(h2d_copy, ce_h2d, ce_d2h)
         crypto_lane = model.lane_index(g, cp.rank, LaneType.CPU_CRYPTO)
-        for lane, what in ((pcie_lane, "PCIe"), (ce_lane, "copy-engine"), (auth_lane, "GPU authentication"),
-                           (crypto_lane, "CPU crypto")):
+        for lane, what in ((pcie_lane, "PCIe"), (ce_lane, "copy-engine"), (crypto_lane, "CPU crypto")):
             lanes_required(lane, what)
         has_launcher = cp.launcher >= 0
         call = np.maximum(cp.launcher, 0)
@@ -179,12 +211,35 @@ class _DataPath:
         inline = (int(model.cpu_crypto_threads) == 1) & has_launcher  # crypto in the calling thread
         latency = np.where(h2d_copy, model.pcie_latency_ns(CopyDir.H2D),
                            model.pcie_latency_ns(CopyDir.D2H)).astype(np.int64)
+        h2d = h2d_copy[ch.copy]
+        crypto = ~direct[ch.copy]
+        page = np.minimum(ch.nbytes, np.int64(getattr(model, "crypto_page_bytes", PAGE_BYTES)))
+        parts = _parts(model, opts)
+        overhead = int(np.asarray(_ce_ns(model, 0, parts)).item())
+        page_cpu = np.where(h2d, model.cpu_encrypt_ns(page), model.cpu_decrypt_ns(page))
+        page_cpu = np.where(crypto, page_cpu, _staging_ns(model, page))
         return _DataPath(
-            ch=ch, node=cp.node, launcher=cp.launcher, direct=direct, chunk_node=cp.node[ch.copy],
-            h2d=h2d_copy[ch.copy], staged=~direct[ch.copy], latency=latency[ch.copy], pcie_lane=pcie_lane,
-            ce_lane=ce_lane, auth_lane=auth_lane, host_lane=host_lane,
-            cpu_lane=np.where(inline, host_lane, crypto_lane),
+            ch=ch, node=cp.node, launcher=cp.launcher, direct=direct, two_pass=qualifies & ~direct,
+            chunk_node=cp.node[ch.copy], h2d=h2d, crypto=crypto, cpu=crypto | (direct & pageable)[ch.copy],
+            latency=latency[ch.copy], page_ce=np.asarray(_ce_ns(model, page, parts), np.int64) - overhead,
+            page_pcie=np.where(h2d, model.pcie_ns(page, CopyDir.H2D), model.pcie_ns(page, CopyDir.D2H)),
+            page_cpu=np.asarray(page_cpu, np.int64), ce_overhead=overhead, pcie_lane=pcie_lane, ce_lane=ce_lane,
+            host_lane=host_lane, cpu_lane=np.where(inline, host_lane, crypto_lane),
             host_order=np.where(has_launcher, g.order[call], g.order[cp.node]))
+
+
+def _parts(model, opts: CCOptions) -> int:
+    """Engines one secure copy's AES-GCM is spread over: Fastrack fix 2 uses every copy engine."""
+    return int(getattr(model, "ce_split_parts", 1)) if opts.parallel_auth else 1
+
+
+def _ce_ns(model, nbytes, parts: int):
+    return model.ce_crypto_ns(nbytes, parts) if parts > 1 else model.ce_crypto_ns(nbytes)
+
+
+def _staging_ns(model, nbytes):
+    f = getattr(model, "staging_copy_ns", None)
+    return np.zeros(np.shape(nbytes), np.int64) if f is None else f(nbytes)
 
 
 @dataclass(frozen=True)
@@ -192,46 +247,61 @@ class _Stages:
     """Node index of every stage of every chunk (-1 where a chunk has no such stage), and the
     calling thread's wait per copy (-1 for copies without a launching call)."""
 
-    cpu_encrypt: np.ndarray
-    ce_encrypt: np.ndarray
+    cpu: np.ndarray  # CPU stage: encrypt (H2D) / decrypt (D2H) / pageable staging copy (direct copies)
+    extra: np.ndarray  # the second CPU pass of client data: decrypt before (H2D) / encrypt after (D2H) ``cpu``
     pcie: np.ndarray
-    ce_decrypt: np.ndarray
-    auth: np.ndarray
-    cpu_decrypt: np.ndarray
+    ce: np.ndarray  # the CE secure-copy operation: decrypt+verify (H2D) / encrypt+tag (D2H)
     wait: np.ndarray  # per copy
 
-    def cpu(self, h2d: np.ndarray) -> np.ndarray:
-        """Per chunk: its CPU crypto node (encrypt for H2D, decrypt for D2H)."""
-        return np.where(h2d, self.cpu_encrypt, self.cpu_decrypt)
+    @property
+    def cpu_first(self) -> np.ndarray:
+        """Per chunk: its first CPU node on the thread (the client-data decryption of an H2D chunk)."""
+        return np.where(self.extra >= 0, np.minimum(self.extra, self.cpu), self.cpu)
+
+    @property
+    def cpu_last(self) -> np.ndarray:
+        """Per chunk: its last CPU node on the thread (the client-data encryption of a D2H chunk)."""
+        return np.maximum(self.extra, self.cpu)
 
 
 def _add_stages(ed: GraphEditor, model, path: _DataPath, opts: CCOptions) -> _Stages:
     """Create the stage nodes (stage-major) and the waits; the copy node keeps 0 ns on its stream."""
-    ch, nb, h2d, d2h = path.ch, path.ch.nbytes, path.h2d, path.d2h
+    ch, nb, h2d = path.ch, path.ch.nbytes, path.h2d
     every = np.ones(len(ch), bool)
-    pcie_ns = np.where(h2d, model.pcie_ns(nb, CopyDir.H2D), model.pcie_ns(nb, CopyDir.D2H))
 
     def stage(kind, mask, lane, dur, order=None):
         idx = np.full(len(ch), -1, np.int64)
         sel = np.flatnonzero(mask)
         copy = ch.copy[sel]
-        idx[sel] = ed.add_nodes(kind, path.chunk_node[sel], lane[copy], dur[sel], nb[sel],
+        idx[sel] = ed.add_nodes(kind, path.chunk_node[sel], lane[copy], np.asarray(dur)[sel], nb[sel],
                                 None if order is None else order[copy])
         return idx
 
-    cpu_encrypt = stage(DerivedKind.CPU_ENCRYPT, h2d & path.staged, path.cpu_lane, model.cpu_encrypt_ns(nb),
-                        path.host_order)
-    ce_encrypt = stage(DerivedKind.CE_ENCRYPT, d2h, path.ce_lane, model.ce_crypto_ns(nb))
+    enc, dec = np.asarray(model.cpu_encrypt_ns(nb), np.int64), np.asarray(model.cpu_decrypt_ns(nb), np.int64)
+    two = path.two_pass[ch.copy] & path.crypto
+    # H2D client data: the CPU first decrypts the client's ciphertext (created before the encryption, so
+    # node order follows thread order), then encrypts for the GPU
+    pre = stage(DerivedKind.CPU_RECRYPT, h2d & two, path.cpu_lane, dec, path.host_order)
+    cpu = np.full(len(ch), -1, np.int64)
+    for kind, mask, dur in (
+            (DerivedKind.CPU_ENCRYPT, h2d & path.crypto, enc),
+            (DerivedKind.CPU_DECRYPT, ~h2d & path.crypto, dec),
+            (DerivedKind.HOST_STAGING, path.cpu & ~path.crypto, _staging_ns(model, nb))):
+        part = stage(kind, mask, path.cpu_lane, dur, path.host_order)
+        cpu = np.where(mask, part, cpu)
+    # D2H client-bound data: after decrypting, the CPU re-encrypts it for the client
+    post = stage(DerivedKind.CPU_RECRYPT, ~h2d & two, path.cpu_lane, enc, path.host_order)
+    extra = np.where(h2d, pre, post)
+    pcie_ns = np.where(h2d, model.pcie_ns(nb, CopyDir.H2D), model.pcie_ns(nb, CopyDir.D2H))
     pcie = stage(DerivedKind.PCIE, every, path.pcie_lane, pcie_ns)
-    ce_decrypt = stage(DerivedKind.CE_DECRYPT, h2d, path.ce_lane, model.ce_crypto_ns(nb))
-    auth = stage(DerivedKind.GPU_AUTH, every, path.auth_lane, model.auth_ns(nb, opts.parallel_auth))
-    cpu_decrypt = stage(DerivedKind.CPU_DECRYPT, d2h & path.staged, path.cpu_lane, model.cpu_decrypt_ns(nb))
+    ce_ns = np.asarray(_ce_ns(model, nb, _parts(model, opts)), np.int64)
+    ce = np.where(h2d, stage(DerivedKind.CE_DECRYPT, h2d, path.ce_lane, ce_ns),
+                  stage(DerivedKind.CE_ENCRYPT, ~h2d, path.ce_lane, ce_ns))
     launched = np.flatnonzero(path.launcher >= 0)
     wait = np.full(len(path.node), -1, np.int64)
     wait[launched] = ed.add_nodes(DerivedKind.SYNC_WAIT, path.node[launched], path.host_lane[launched], 0)
     ed.dur[path.node] = 0  # the copy node now only marks completion on its stream
-    return _Stages(cpu_encrypt=cpu_encrypt, ce_encrypt=ce_encrypt, pcie=pcie, ce_decrypt=ce_decrypt, auth=auth,
-                   cpu_decrypt=cpu_decrypt, wait=wait)
+    return _Stages(cpu=cpu, extra=extra, pcie=pcie, ce=ce, wait=wait)
 
 
 def _host_chain(path: _DataPath, wait: np.ndarray, tail: np.ndarray) -> np.ndarray:
@@ -249,101 +319,135 @@ def _host_chain(path: _DataPath, wait: np.ndarray, tail: np.ndarray) -> np.ndarr
     return host_prev
 
 
-class _Links:
-    """DATA edges between the stages of the chunks of each copy."""
-
-    def __init__(self, ed: GraphEditor, ch: Chunks, overlap: bool):
-        self.ed, self.ch, self.overlap = ed, ch, overlap
-        self.prev = np.where(ch.j > 0, np.arange(len(ch)) - 1, -1)  # previous chunk of the same copy
-        self.last = ch.last_of_copy()[ch.copy]  # last chunk of the same copy
-
-    def chain(self, stage: np.ndarray, mask: np.ndarray) -> None:
-        """Chunk j of ``stage`` after chunk j-1 of the same stage (same copy)."""
-        sel = np.flatnonzero(mask & (self.ch.j > 0))
-        self.ed.add_edges(stage[self.prev[sel]], stage[sel], DepKind.DATA, 0)
-
-    def after(self, dst: np.ndarray, src: np.ndarray, mask: np.ndarray, lag: np.ndarray | int = 0) -> None:
-        """Chunk j of ``dst`` after chunk j of ``src`` (overlap) or after the copy's last ``src`` chunk."""
-        sel = np.flatnonzero(mask)
-        src_chunk = sel if self.overlap else self.last[sel]
-        self.ed.add_edges(src[src_chunk], dst[sel], DepKind.DATA, lag if np.isscalar(lag) else lag[sel])
-
-
-def _cpu_crypto_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, host_prev: np.ndarray, threads: int) -> None:
-    """CPU crypto follows the calling thread: in sequence in the thread itself, or all chunks at
-    once on the crypto workers. An H2D copy without a call encrypts once its prerequisites are met."""
-    ch, cpu = path.ch, stages.cpu(path.h2d)
-    staged = np.flatnonzero(path.staged)
+def _cpu_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, host_prev: np.ndarray, threads: int) -> None:
+    """CPU stages follow the calling thread: in sequence in the thread itself, or all chunks at
+    once on the crypto workers. An H2D copy without a call starts once its prerequisites are met."""
+    ch, first_of, last_of = path.ch, stages.cpu_first, stages.cpu_last
+    mine = np.flatnonzero(path.cpu)
+    two = mine[stages.extra[mine] >= 0]  # the two passes of a chunk, in order
+    ed.add_edges(first_of[two], last_of[two], DepKind.PROGRAM, 0)
     if threads == 1:
-        later = staged[ch.j[staged] > 0]
-        ed.add_edges(cpu[later - 1], cpu[later], DepKind.PROGRAM, 0)
-        first = staged[ch.j[staged] == 0]
-        ed.add_edges(host_prev[ch.copy[first]], cpu[first], DepKind.PROGRAM, 0)
+        later = mine[ch.j[mine] > 0]
+        ed.add_edges(last_of[later - 1], first_of[later], DepKind.PROGRAM, 0)
+        first = mine[ch.j[mine] == 0]
+        ed.add_edges(host_prev[ch.copy[first]], first_of[first], DepKind.PROGRAM, 0)
     else:
-        ed.add_edges(host_prev[ch.copy[staged]], cpu[staged], DepKind.PROGRAM, 0)
-    unlaunched = np.flatnonzero(path.h2d & path.staged & path.first_chunk & ~path.launched)
-    copy_in_edges(ed, path.chunk_node[unlaunched], stages.cpu_encrypt[unlaunched])
+        ed.add_edges(host_prev[ch.copy[mine]], first_of[mine], DepKind.PROGRAM, 0)
+    unlaunched = np.flatnonzero(path.h2d & path.cpu & path.first_chunk & ~path.launched)
+    copy_in_edges(ed, path.chunk_node[unlaunched], first_of[unlaunched])
 
 
-def _h2d_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, link: _Links) -> None:
-    """H2D: encrypt_j -> PCIe_j -> CE decrypt -> authenticate -> the copy node."""
-    h2d = path.h2d
-    staged = np.flatnonzero(h2d & path.staged)
-    ed.add_edges(stages.cpu_encrypt[staged], stages.pcie[staged], DepKind.DATA, 0)
-    link.chain(stages.pcie, h2d)
-    head = np.flatnonzero(h2d & path.first_chunk)
+def _cpu_gate(path: _DataPath, stages: _Stages, host_prev: np.ndarray, threads: int, overlap: bool) -> np.ndarray:
+    """Per H2D chunk: the node whose finish lets its PCIe transfer and CE operation start: its CPU
+    stage (chunk-grained pipeline), or, with ``overlap``, what its CPU stage itself waits for (the
+    three stages then start together and stream page by page); -1 for none."""
+    if not overlap:
+        return np.where(path.cpu, stages.cpu, -1)
+    ch = path.ch
+    prev_cpu = np.where(ch.j > 0, stages.cpu_last[np.maximum(np.arange(len(ch)) - 1, 0)], -1)
+    pred = np.where((threads == 1) & (ch.j > 0), prev_cpu, host_prev[ch.copy])
+    # with a client-data decryption first, the GPU encryption (and so the stream) starts after it
+    pred = np.where(stages.extra >= 0, stages.extra, pred)
+    return np.where(path.cpu, pred, -1)
+
+
+def _done_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, chunks: np.ndarray, dst: np.ndarray,
+                overlap: bool) -> None:
+    """H2D: ``dst`` waits for the CE operation of each chunk in ``chunks`` to complete: the later of
+    the CE node and the last byte's arrival + one page of decryption (+ the op overhead); with
+    ``overlap`` also its CPU stage + one page through PCIe and the CE."""
+    if chunks.size == 0:
+        return
+    tail_ce = path.page_ce[chunks] + path.ce_overhead
+    ed.add_edges(stages.ce[chunks], dst, DepKind.DATA, 0)
+    ed.add_edges(stages.pcie[chunks], dst, DepKind.DATA, path.latency[chunks] + tail_ce)
+    if overlap:
+        ed.add_edges(stages.cpu[chunks], dst, DepKind.DATA,
+                     path.page_pcie[chunks] + path.latency[chunks] + tail_ce)
+
+
+def _landed_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, chunks: np.ndarray, dst: np.ndarray,
+                  extra: np.ndarray | int = 0) -> None:
+    """D2H: ``dst`` waits until each chunk in ``chunks`` has landed in host memory: the later of its
+    PCIe transfer and its CE operation + one page through PCIe, plus the latency (+ ``extra``)."""
+    if chunks.size == 0:
+        return
+    ed.add_edges(stages.pcie[chunks], dst, DepKind.DATA, path.latency[chunks] + extra)
+    ed.add_edges(stages.ce[chunks], dst, DepKind.DATA, path.page_pcie[chunks] + path.latency[chunks] + extra)
+
+
+def _h2d_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, gate: np.ndarray, overlap: bool) -> None:
+    """H2D: chunk j's PCIe transfer and CE operation start after its gate; the channel takes the
+    chunks in order (each CE operation after the previous one completed); M after the last."""
+    ch = path.ch
+    h2d = np.flatnonzero(path.h2d)
+    for st in (stages.pcie, stages.ce):
+        ed.add_edges(gate[h2d], st[h2d], DepKind.DATA, 0)
+    head = h2d[ch.j[h2d] == 0]
     copy_in_edges(ed, path.chunk_node[head], stages.pcie[head])
-    link.after(stages.ce_decrypt, stages.pcie, h2d, path.latency)
-    link.chain(stages.ce_decrypt, h2d)
-    link.after(stages.auth, stages.ce_decrypt, h2d)
-    link.chain(stages.auth, h2d)
-    done = np.flatnonzero(h2d & path.final_chunk)
-    ed.add_edges(stages.auth[done], path.chunk_node[done], DepKind.DATA, 0)
+    copy_in_edges(ed, path.chunk_node[head], stages.ce[head])
+    later = h2d[ch.j[h2d] > 0]
+    ed.add_edges(stages.pcie[later - 1], stages.pcie[later], DepKind.DATA, 0)
+    _done_edges(ed, path, stages, later - 1, stages.ce[later], overlap)
+    done = h2d[path.final_chunk[h2d]]
+    _done_edges(ed, path, stages, done, path.chunk_node[done], overlap)
 
 
-def _d2h_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, link: _Links) -> None:
-    """D2H: CE encrypt_j -> authenticate -> PCIe_j -> the copy node; PCIe -> CPU decrypt."""
-    d2h = path.d2h
-    head = np.flatnonzero(d2h & path.first_chunk)
-    copy_in_edges(ed, path.chunk_node[head], stages.ce_encrypt[head])
-    link.chain(stages.ce_encrypt, d2h)
-    link.after(stages.auth, stages.ce_encrypt, d2h)
-    link.chain(stages.auth, d2h)
-    link.after(stages.pcie, stages.auth, d2h)
-    link.chain(stages.pcie, d2h)
-    done = np.flatnonzero(d2h & path.final_chunk)
-    ed.add_edges(stages.pcie[done], path.chunk_node[done], DepKind.DATA, path.latency[done])
-    link.after(stages.cpu_decrypt, stages.pcie, d2h & path.staged, path.latency)
+def _d2h_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, overlap: bool) -> None:
+    """D2H: chunk j's CE operation and PCIe transfer start together, after the previous chunk's CE
+    operation (the channel's IV order); the CPU decrypts a chunk once it landed (with ``overlap``:
+    as it lands, page by page); M after the last chunk landed."""
+    ch = path.ch
+    d2h = np.flatnonzero(path.d2h)
+    head = d2h[ch.j[d2h] == 0]
+    later = d2h[ch.j[d2h] > 0]
+    for st in (stages.ce, stages.pcie):
+        copy_in_edges(ed, path.chunk_node[head], st[head])
+        ed.add_edges(stages.ce[later - 1], st[later], DepKind.DATA, 0)
+    ed.add_edges(stages.pcie[later - 1], stages.pcie[later], DepKind.DATA, 0)
+    done = d2h[path.final_chunk[d2h]]
+    _landed_edges(ed, path, stages, done, path.chunk_node[done])
+    mine = d2h[path.cpu[d2h]]
+    if not overlap:
+        _landed_edges(ed, path, stages, mine, stages.cpu[mine])
+        return
+    first = mine[ch.j[mine] == 0]
+    copy_in_edges(ed, path.chunk_node[first], stages.cpu[first])
+    nxt = mine[ch.j[mine] > 0]
+    ed.add_edges(stages.ce[nxt - 1], stages.cpu[nxt], DepKind.DATA, 0)
 
 
-def _host_sync_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, host_prev: np.ndarray, threads: int) -> None:
-    """The calling thread waits for the copy (host-synchronous) after its own crypto work."""
+def _host_sync_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, host_prev: np.ndarray, threads: int,
+                     overlap: bool) -> None:
+    """The calling thread waits for the copy (host-synchronous) after its own CPU stages."""
     launched = np.flatnonzero(path.launcher >= 0)
     ed.add_edges(path.node[launched], stages.wait[launched], DepKind.SYNC, 0)
-    mine = path.staged & path.launched
+    mine = path.cpu & path.launched
     if threads == 1:
-        mine &= path.final_chunk  # its chunks run in sequence: the last one ends the crypto work
+        mine &= path.final_chunk  # its chunks run in sequence: the last one ends the CPU work
     own = np.flatnonzero(mine)
-    ed.add_edges(stages.cpu(path.h2d)[own], stages.wait[path.ch.copy[own]], DepKind.PROGRAM, 0)
-    direct = launched[path.direct[launched]]
-    ed.add_edges(host_prev[direct], stages.wait[direct], DepKind.PROGRAM, 0)
+    ed.add_edges(stages.cpu_last[own], stages.wait[path.ch.copy[own]], DepKind.PROGRAM, 0)
+    if overlap:  # the last page is decrypted (or copied out) after it landed
+        last = np.flatnonzero(path.d2h & path.cpu & path.launched & path.final_chunk)
+        _landed_edges(ed, path, stages, last, stages.wait[path.ch.copy[last]], path.page_cpu[last])
+    copy_has_cpu = np.zeros(len(path.node), bool)
+    copy_has_cpu[path.ch.copy[path.cpu]] = True
+    bare = launched[~copy_has_cpu[launched]]
+    ed.add_edges(host_prev[bare], stages.wait[bare], DepKind.PROGRAM, 0)
 
 
-def _bounce_ring(ed: GraphEditor, path: _DataPath, stages: _Stages, cp: Copies, slots: int, overlap: bool) -> None:
-    """Per rank, staged chunks take slots of the bounce-buffer ring: H2D from CPU encryption to
+def _bounce_ring(ed: GraphEditor, path: _DataPath, stages: _Stages, cp: Copies, slots: int) -> None:
+    """Per rank, crypto chunks take slots of the bounce-buffer ring: H2D from CPU encryption to
     the PCIe transfer, D2H from the PCIe transfer to CPU decryption."""
-    staged = np.flatnonzero(path.staged)
+    staged = np.flatnonzero(path.crypto)
     if staged.size == 0:
         return
     copy, h2d = path.ch.copy[staged], path.h2d[staged]
     pos = pool_positions(ed, cp)
-    acquire = np.where(h2d, stages.cpu_encrypt[staged], stages.pcie[staged])
-    free = np.where(h2d, stages.pcie[staged], stages.cpu_decrypt[staged])
-    # without overlap, a D2H transfer is decrypted only once all of it landed: it needs all
-    # its slots at once, so the pool grows to hold it (the driver doubles the pool on demand)
-    need = np.where(~h2d & (not overlap), np.maximum(path.ch.k[staged], slots), slots)
+    acquire = np.where(h2d, stages.cpu[staged], stages.pcie[staged])
+    free = np.where(h2d, stages.pcie[staged], stages.cpu[staged])
     add_ring(ed, cp.rank[copy].astype(np.int64), pos[copy], path.ch.j[staged], path.chunk_node[staged], acquire,
-             free, need)
+             free, slots)
 
 
 class CCProtocol(Protocol):

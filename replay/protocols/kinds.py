@@ -16,15 +16,20 @@ class DerivedKind(enum.IntEnum):
     CPU_ENCRYPT = 17  # CPU AES-GCM of one chunk into a bounce slot (H2D)
     CPU_DECRYPT = 18  # CPU AES-GCM decrypt + tag check of one chunk out of a bounce slot (D2H)
     PCIE = 19  # one chunk (or a whole copy without CC) on the PCIe link of its direction
-    CE_DECRYPT = 20  # copy engine decrypts one chunk into protected GPU memory (H2D)
-    CE_ENCRYPT = 21  # copy engine encrypts one chunk out of protected GPU memory (D2H)
-    GPU_AUTH = 22  # GPU authentication: verify (H2D) or compute (D2H) the tag of one chunk
+    CE_DECRYPT = 20  # one CE secure copy: reads a chunk's ciphertext over PCIe, decrypts and verifies its tag (H2D)
+    CE_ENCRYPT = 21  # one CE secure copy: encrypts and tags a chunk, writing it over PCIe (D2H)
+    GPU_AUTH = 22  # separate GPU authentication kernel (Fastrack-paper emulation, optional [auth]; not on the shipped H100)
     SYNC_WAIT = 23  # the calling thread blocks until the copy and earlier stream work finish
     BOUNCE_RELEASE = 24  # zero-time marker: bounce slots reclaimed in ring order up to this chunk
     # GPU-to-GPU (multi-GPU protocols, replay/protocols/p2p.py)
     P2P_SUBMIT = 25  # CPU pushes an encrypted copy-engine command for a GPU-to-GPU message (proxy lane)
-    P2P_META = 26  # receiver reads a chunk's IVs and tags from the staging area before decrypting it
+    P2P_META = 26  # a chunk's IVs and tags sent over the GPU-to-GPU link on their own (unbatched metadata)
     KEY_ROTATION = 27  # share of a key-rotation stall charged to a message (copy engine idle)
+    HOST_STAGING = 28  # the calling thread copies pageable memory to/from the driver's pinned staging buffer
+    P2P_LINK = 29  # one chunk of ciphertext on the sender's GPU-to-GPU link (NVLink or PCIe peer-to-peer)
+    P2P_SYNC = 30  # host observes a CE operation's completion (decrypts an encrypted semaphore) before the next step
+    CPU_RECRYPT = 31  # the extra CPU pass over client-encrypted data on the baseline (decrypt the client's ciphertext
+    #                   before re-encrypting it for the GPU, or re-encrypt decrypted output for the client)
 
     @property
     def label(self) -> str:
@@ -42,8 +47,12 @@ CATEGORY = {
     DerivedKind.SYNC_WAIT: Category.SYNC_WAIT,
     DerivedKind.BOUNCE_RELEASE: Category.BOUNCE_WAIT,
     DerivedKind.P2P_SUBMIT: Category.LAUNCH,
-    DerivedKind.P2P_META: Category.PCIE,
+    DerivedKind.P2P_META: Category.COMM,
     DerivedKind.KEY_ROTATION: Category.GPU_CRYPTO,
+    DerivedKind.HOST_STAGING: Category.HOST,
+    DerivedKind.CPU_RECRYPT: Category.CPU_CRYPTO,
+    DerivedKind.P2P_LINK: Category.COMM,
+    DerivedKind.P2P_SYNC: Category.SYNC_WAIT,
 }
 
 KIND_NAMES = {int(k): k.label for k in DerivedKind}

@@ -1,71 +1,127 @@
-"""Multi-GPU protocols: the host<->GPU path of :mod:`.cc` plus GPU-to-GPU messages of :mod:`.p2p`.
+"""Complete CC systems on any number of GPUs: a host<->GPU path plus encrypted GPU-to-GPU messages.
 
-* ``cc-multi``: H100 CC as shipped on several GPUs: the baseline host path, and every collective
-  message encrypted by the sender's copy engine into unprotected staging memory, read over PCIe
-  by the receiver, decrypted and verified (no peer access under CC). Unmitigated: one CE command
-  and one IV/tag read per 2 MiB staging chunk, serial authentication, no pipelining, key
-  rotation stalls;
-* ``cc-multi:batched-meta``, ``cc-multi:keymgmt``: one mitigation each (see :mod:`.p2p`);
-* ``cc-multi:auth``, ``cc-multi:overlap``: Fastrack's fixes 2 and 3 on both paths;
-* ``cc-multi:fastrack``: Fastrack's three fixes on the host path, fixes 2 and 3 on GPU-to-GPU;
-* ``cc-multi:all``: every mitigation together;
-* ``ppcie`` (:mod:`.ppcie`): Protected PCIe mode, NVLink in plaintext.
+``baseline`` and ``fastrack`` (and ``fastrack:direct``/``:auth``/``:overlap``) are registered
+from here: each is the single-GPU protocol of the same name (:mod:`.baseline`, :mod:`.fastrack`:
+host copies, launches) composed with the encrypted GPU-to-GPU path of :mod:`.p2p`, which acts only
+on a graph with collectives (a multi-rank trace, or ``--data-parallel N`` with N > 1). On a
+single-GPU trace the system is exactly its host protocol.
 
-Bigger DDP buckets, the other mitigation, are an option of the data-parallel what-if
-(``replay --data-parallel N --bucket-mb MB``), not a protocol.
+The GPU-to-GPU side follows the host side's Fastrack fixes, so one name means one system:
+
+====================  ==================================  =========================================
+system                host<->GPU (docs/model.md)          GPU-to-GPU messages (:mod:`.p2p`)
+====================  ==================================  =========================================
+``baseline``          H100 CC as shipped                  CE encrypt -> link -> CE decrypt+verify,
+                                                          each stage after the whole message
+``fastrack:direct``   + direct communication              as baseline (fix 1 does not apply)
+``fastrack:auth``     + parallel authentication           + crypto split over the copy engines
+``fastrack:overlap``  + pipelining                        + stages pipelined chunk by chunk
+``fastrack``          all three fixes                     split + pipelined
+``ppcie``             H100 CC as shipped                  plaintext over NVLink (:mod:`.ppcie`)
+====================  ==================================  =========================================
+
+Mitigations of the GPU-to-GPU path are *options* of a system, written ``NAME+OPTION[+OPTION]``
+(:func:`replay.plugins.load_protocol` parses them): ``batched-meta`` (one push and one host
+synchronisation per message and side, IVs/tags inside the data transfer) and ``keymgmt`` (key
+rotation off the data path). An option on a graph without collectives is refused
+(:class:`~fastrack.errors.ConfigError`: nothing to apply it to).
+
+The names of the earlier ``cc-multi`` family stay as aliases (:data:`ALIASES`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from fastrack.errors import ConfigError, PluginError
 from replay.graph import OpGraph
+from replay.plugins import ProtocolAlias
 
 from .base import Protocol
-from .cc import CCOptions, transform_cc
-from .p2p import P2POptions, transform_p2p
+from .baseline import BASELINE as _HOST_BASELINE
+from .fastrack import FASTRACK as _HOST_FASTRACK
+from .fastrack import FASTRACK_AUTH as _HOST_FASTRACK_AUTH
+from .fastrack import FASTRACK_DIRECT as _HOST_FASTRACK_DIRECT
+from .fastrack import FASTRACK_OVERLAP as _HOST_FASTRACK_OVERLAP
+from .p2p import P2POptions, has_collectives, transform_p2p
+
+# option name -> (P2POptions field it sets, what it does)
+OPTIONS = {
+    "batched-meta": ("batched_meta", "one push and one host synchronisation per GPU-to-GPU message and side; "
+                     "IVs/tags inside the data transfer"),
+    "keymgmt": ("keymgmt", "GPU-to-GPU key rotation off the data path (next key installed ahead): no stall"),
+}
 
 
-class CCMultiProtocol(Protocol):
-    """Host path (:class:`~.cc.CCOptions`) + encrypted GPU-to-GPU messages (:class:`~.p2p.P2POptions`)."""
+class System(Protocol):
+    """``host`` (a single-GPU protocol) followed by :func:`.p2p.transform_p2p` with ``p2p``."""
 
-    def __init__(self, name: str, description: str, host: CCOptions = CCOptions(), p2p: P2POptions = P2POptions()):
-        self.name = name
-        self.description = description
+    def __init__(self, host: Protocol, p2p: P2POptions, description: str, name: str | None = None,
+                 chosen: tuple[str, ...] = ()):
         self.host = host
         self.p2p = p2p
+        self.chosen = chosen
+        self.name = name or "+".join((host.name, *chosen))
+        self.base_description = description
+        self.description = "; ".join([description, *(OPTIONS[nm][1] for nm in chosen)])
 
     def apply(self, graph: OpGraph, model) -> OpGraph:
-        return transform_p2p(transform_cc(graph, model, self.host), model, self.p2p, self.name)
+        if self.chosen and not has_collectives(graph):
+            raise ConfigError(
+                f"--protocol {self.name}: option {'+'.join(self.chosen)} applies to GPU-to-GPU messages and this "
+                "trace has no collectives (one GPU); replay a multi-rank trace or add --data-parallel N (N > 1)")
+        return transform_p2p(self.host.apply(graph, model), model, self.p2p, self.name)
+
+    def with_options(self, names: tuple[str, ...]) -> "System":
+        """This system with the GPU-to-GPU mitigations ``names`` (keys of :data:`OPTIONS`)."""
+        p2p, chosen = self.p2p, list(self.chosen)
+        for nm in names:
+            if nm not in OPTIONS:
+                raise PluginError(f"protocol '{self.name}' has no option '{nm}'; options: {', '.join(OPTIONS)}")
+            if nm not in chosen:
+                chosen.append(nm)
+                p2p = replace(p2p, **{OPTIONS[nm][0]: True})
+        return System(self.host, p2p, self.base_description, chosen=tuple(sorted(chosen)))
+
+    @staticmethod
+    def available_options() -> dict[str, str]:
+        return {k: v[1] for k, v in OPTIONS.items()}
 
     def parallel_auth_modes(self) -> frozenset[bool]:
-        return frozenset({self.host.parallel_auth, self.p2p.parallel_auth})
+        return self.host.parallel_auth_modes()  # GPU-to-GPU messages have no separate authentication
 
 
-_FIXES = CCOptions(direct=True, parallel_auth=True, overlap=True)
+_G2G = "on several GPUs, every collective message CE-encrypted, sent over NVLink and CE-decrypted+verified"
 
-CC_MULTI = CCMultiProtocol(
-    "cc-multi", "H100 CC on several GPUs: baseline host path; every collective message encrypted by the sending "
-    "copy engine into host staging, read over PCIe, decrypted and verified by the receiver")
-CC_MULTI_BATCHED_META = CCMultiProtocol(
-    "cc-multi:batched-meta", "cc-multi + IVs/tags sent and verified in one batch per message",
-    p2p=P2POptions(batched_meta=True))
-CC_MULTI_KEYMGMT = CCMultiProtocol(
-    "cc-multi:keymgmt", "cc-multi + key rotation and IV management off the data path (no stall)",
-    p2p=P2POptions(keymgmt=True))
-CC_MULTI_AUTH = CCMultiProtocol(
-    "cc-multi:auth", "cc-multi + parallel authentication (Fastrack fix 2) on host copies and GPU-to-GPU messages",
-    host=CCOptions(parallel_auth=True), p2p=P2POptions(parallel_auth=True))
-CC_MULTI_OVERLAP = CCMultiProtocol(
-    "cc-multi:overlap", "cc-multi + stages pipelined chunk by chunk (Fastrack fix 3) on both paths",
-    host=CCOptions(overlap=True), p2p=P2POptions(overlap=True))
-CC_MULTI_FASTRACK = CCMultiProtocol(
-    "cc-multi:fastrack", "cc-multi + Fastrack (host path: all three fixes; GPU-to-GPU: parallel authentication "
-    "and pipelining)", host=_FIXES, p2p=P2POptions(parallel_auth=True, overlap=True))
-CC_MULTI_ALL = CCMultiProtocol(
-    "cc-multi:all", "cc-multi with every mitigation: Fastrack fixes, batched IVs/tags, key management off the "
-    "data path", host=_FIXES, p2p=P2POptions(batched_meta=True, keymgmt=True, parallel_auth=True, overlap=True))
+BASELINE = System(_HOST_BASELINE, P2POptions(), f"{_HOST_BASELINE.description}; {_G2G}, unpipelined")
+FASTRACK = System(_HOST_FASTRACK, P2POptions(overlap=True, split=True),
+                  f"{_HOST_FASTRACK.description}; {_G2G}, pipelined and split over the copy engines")
+FASTRACK_DIRECT = System(_HOST_FASTRACK_DIRECT, P2POptions(), f"{_HOST_FASTRACK_DIRECT.description}; {_G2G}")
+FASTRACK_AUTH = System(_HOST_FASTRACK_AUTH, P2POptions(split=True),
+                       f"{_HOST_FASTRACK_AUTH.description}; {_G2G}, split over the copy engines")
+FASTRACK_OVERLAP = System(_HOST_FASTRACK_OVERLAP, P2POptions(overlap=True),
+                          f"{_HOST_FASTRACK_OVERLAP.description}; {_G2G}, pipelined")
 
-ALL = (CC_MULTI, CC_MULTI_BATCHED_META, CC_MULTI_KEYMGMT, CC_MULTI_AUTH, CC_MULTI_OVERLAP, CC_MULTI_FASTRACK,
-       CC_MULTI_ALL)
+SYSTEMS = (BASELINE, FASTRACK, FASTRACK_DIRECT, FASTRACK_AUTH, FASTRACK_OVERLAP)
 
-__all__ = ["CCMultiProtocol", "CC_MULTI", "CC_MULTI_BATCHED_META", "CC_MULTI_KEYMGMT", "CC_MULTI_AUTH",
-           "CC_MULTI_OVERLAP", "CC_MULTI_FASTRACK", "CC_MULTI_ALL", "ALL"]
+# the earlier names (docs/multi-gpu.md, alias table)
+ALIASES = {
+    "cc-multi": "baseline",
+    "cc-multi:batched-meta": "baseline+batched-meta",
+    "cc-multi:keymgmt": "baseline+keymgmt",
+    "cc-multi:auth": "fastrack:auth",
+    "cc-multi:overlap": "fastrack:overlap",
+    "cc-multi:fastrack": "fastrack",
+    "cc-multi:all": "fastrack+batched-meta+keymgmt",
+}
+CC_MULTI = ProtocolAlias(ALIASES["cc-multi"])
+CC_MULTI_BATCHED_META = ProtocolAlias(ALIASES["cc-multi:batched-meta"])
+CC_MULTI_KEYMGMT = ProtocolAlias(ALIASES["cc-multi:keymgmt"])
+CC_MULTI_AUTH = ProtocolAlias(ALIASES["cc-multi:auth"])
+CC_MULTI_OVERLAP = ProtocolAlias(ALIASES["cc-multi:overlap"])
+CC_MULTI_FASTRACK = ProtocolAlias(ALIASES["cc-multi:fastrack"])
+CC_MULTI_ALL = ProtocolAlias(ALIASES["cc-multi:all"])
+
+__all__ = ["System", "OPTIONS", "ALIASES", "SYSTEMS", "BASELINE", "FASTRACK", "FASTRACK_DIRECT", "FASTRACK_AUTH",
+           "FASTRACK_OVERLAP", "CC_MULTI", "CC_MULTI_BATCHED_META", "CC_MULTI_KEYMGMT", "CC_MULTI_AUTH",
+           "CC_MULTI_OVERLAP", "CC_MULTI_FASTRACK", "CC_MULTI_ALL"]

@@ -1,41 +1,59 @@
-"""Encrypted GPU-to-GPU messages under H100 confidential computing, as a graph transform.
+"""Encrypted GPU-to-GPU messages (multi-GPU confidential computing), as a graph transform.
 
-With CC on, H100 has no peer access (nvtrust #22): every message of a collective is encrypted by
-the *sending* GPU's copy engine into a staging area in unprotected host memory and decrypted and
-verified by the *receiving* GPU (HCC whitepaper Fig. 12 via nvtrust #24; Gu et al. App. B). Each
-collective instance (:mod:`.collectives`) is expanded into its point-to-point messages
-(ring steps, tree edges, ...); message ``m`` from rank ``a`` to rank ``b`` is cut into staging
-chunks of ``bounce.slot_bytes`` and becomes (lanes in brackets)::
+Encrypted GPU-to-GPU traffic is **not a shipped H100 configuration** through driver R580 (shipped:
+one GPU per confidential VM, or PPCIe with NVLink in plaintext; docs/sources.md [S22]). What this
+module models is the design NVIDIA describes [S23] and the data-parallel study [S2] emulates: the
+sending GPU's copy engine (CE) encrypts the message out of protected memory into a peer-to-peer
+bounce buffer in **unprotected video memory**, the ciphertext crosses the GPU-to-GPU link (NVLink,
+or PCIe peer-to-peer where ``topology.link = "pcie"``), and the receiving CE decrypts it into
+protected memory and verifies its tags **in the same operation** ([S4]: no separate
+authentication stage). No host-memory hop.
 
-  submit[a: p2p_proxy] -> key_rotation[a: CE] -> CE encrypt_j[a: CE] -> PCIe D2H_j[a: pcie_d2h]
-      -> (latency) -> PCIe H2D_j[b: pcie_h2d] -> (latency) -> CE decrypt_j[b: CE] -> authenticate_j[b: gpu_auth]
-  submit[b: p2p_proxy] -> PCIe H2D_j        (unbatched metadata: -> IV/tag read_j[b: pcie_h2d] -> decrypt_j)
+Each collective instance (:mod:`.collectives`) is expanded into its point-to-point messages
+(ring sub-steps, tree edges, ...). Message ``m`` from rank ``a`` to rank ``b`` is cut into staging
+chunks of ``p2p.chunk_bytes``; per chunk ``j`` (lanes in brackets)::
 
-Message ``m`` of step ``s`` is encrypted only after its sender received (decrypted and verified)
-what it forwards (its prerequisite messages: the previous ring step, the children in a tree).
-The collective's kernel node on each rank stays on its stream with zero duration and completes
-when the rank's last receipt is verified and its last send has left; the barrier group is
-dropped (the message DAG synchronises the ranks). Every price comes from the model: submission
-``submit.copy_ns`` (nvtrust #42: ~1.6 us per encrypted CE command), copy-engine AES-GCM, PCIe per
-direction with latency, GPU authentication serial or parallel, key rotation
-(``model.key_rotation_ns``).
+  a: push encrypt_j[a: proxy_send] -> (key share[a: secure out]) -> CE encrypt_j[a: secure out]
+     -> sync_j[a: proxy_send] -> push send_j[a: proxy_send] -> link_j[a: link_out]
+     (-> IV/tag transfer_j[a: link_out], unbatched) -> (link latency)
+  b: sync_j[b: proxy_recv] -> push decrypt_j[b: proxy_recv] -> CE decrypt+verify_j[b: secure in]
 
-Switches (:class:`P2POptions`), each a mitigation that can be selected alone:
+As the single-GPU path (:mod:`.cc`) the chunks are pipelined: each stage takes a message's chunks
+in order (one secure channel per direction, IV order [S6]), chunk ``j+1`` is encrypted while
+chunk ``j`` is synchronised, sent and decrypted. The secure lanes are the model's secure-copy
+channels (``GPU_CRYPTO`` key 1 out of protected memory, key 0 into it), shared with host copies;
+a model without them uses its copy-engine lane.
 
-* ``batched_meta``: IVs and tags travel in one batch per message: one CE command per message
-  and side (instead of one per staging chunk), no separate IV/tag read per chunk, one
-  authentication per message (its fixed cost paid once). Unmitigated, every 2 MiB staging chunk
-  is its own CE command on each side (its method carries the chunk's IVs/tags), the receiver
-  reads the chunk's IVs and tags (32 B per crypto page, ``model.crypto_page_bytes``: 4 KiB on
-  H100) before decrypting it, and verifies each
-  chunk on its own;
-* ``keymgmt``: keys rotated off the data path (next key derived and installed ahead, switched at
-  a message boundary) and IV counters per message batch: no stall. Unmitigated, every message
-  pays its share of a rotation stall (``keys.rotation_stall_ns`` over a key's lifetime of
-  ``keys.usage_limit`` / ``keys.ivs_per_key``; expected value, not one discrete stall);
-* ``parallel_auth`` (Fastrack fix 2 where it applies): parallel GPU authentication;
-* ``overlap`` (Fastrack fix 3): stages pipelined chunk by chunk (decryption of chunk j overlaps
-  the transfer of chunk j+1) instead of each stage waiting for the whole message.
+The per-message costs are those the kernel-mode driver shows for every CE operation [S9]: each
+push is an encrypted submission (``model.submit_ns`` of a copy: the single-GPU submission cost);
+the host learns that the encrypt finished (and, at the receiver, that the ciphertext landed) by
+decrypting an encrypted semaphore (``p2p.sync_ns``); one IV and one 16 B tag per 4 KiB page
+travel with the ciphertext (``p2p.meta_bytes_per_page`` [S3][S7]); and every message spends
+``bytes/16 + invocations`` of its key's usage budget, charged as the expected share of a
+rotation stall (``keys.rotation_stall_ns``, ``model.key_rotation_ns`` [S25]). The host side of
+each GPU is two proxy threads (lanes ``p2p_proxy_send`` and ``p2p_proxy_recv``), each serialising
+its pushes and waits; encrypt pushes are made ahead, before the data is ready.
+
+A message is encrypted only after its sender received (decrypted and verified) what it forwards
+(the previous ring step, the children in a tree). The collective's kernel node on each rank stays
+on its stream with zero duration and completes when the rank's receipts are verified and its
+sends have left; the barrier group is dropped (the message DAG synchronises the ranks).
+
+Switches (:class:`P2POptions`):
+
+* ``overlap`` (Fastrack fix 3 on this path, as in :mod:`.cc`: page-grained instead of
+  chunk-grained): the host leaves the data path (every push made ahead, GPU-side hand-offs: no
+  ``sync`` nodes); chunk ``j``'s encryption, transfer and decryption start together once chunk
+  ``j-1`` is done and stream page by page; a chunk is done at the latest of its decryption, its
+  transfer + latency + one page of decryption, and its encryption + one page through link and CE;
+* ``split`` (Fastrack fix 2 where it applies: there is no separate authentication here, so the
+  parallelism is in the CE operation): each chunk's AES-GCM spread over ``model.ce_split_parts``
+  engines, partial tags combined [S6];
+* ``batched_meta`` (option ``batched-meta``): one encrypt push per message instead of one per
+  chunk (with ``overlap`` also one send and one decrypt push), and the IVs/tags inside the data
+  transfer instead of a transfer of their own per chunk;
+* ``keymgmt`` (option ``keymgmt``): next key derived and installed ahead, switched at a message
+  boundary: no rotation stall on the data path.
 
 Fastrack's fix 1 (direct communication) does not apply: the CPU never re-encrypts GPU-to-GPU data.
 """
@@ -46,24 +64,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastrack.schema import CopyDir, DepKind, OpKind
+from fastrack.errors import PluginError
+from fastrack.schema import DepKind, OpKind
 from replay.graph import NO_LANE, LaneType, OpGraph
 
 from .collectives import Collectives, Messages, find, messages, require_link_model
-from .copies import Chunks, chunk
 from .editor import GraphEditor, copy_in_edges, lanes_required
 from .kinds import DerivedKind
 
-META_BYTES_PER_PAGE = 32  # per crypto page: 16 B tag + IV, 16 B aligned (open-gpu-kernel-modules uvm_conf_computing.h)
 PROXY = "p2p_proxy"
+PROXY_KEY = 80  # keys of the proxy threads' SUBMIT lanes (send: 80, receive: 81; distinct from a model's own)
+LINK_NAME = "link_out"
+# keys of the models' secure-copy channel lanes (LaneType.GPU_CRYPTO): into protected memory (decrypt,
+# as H2D) and out of it (encrypt, as D2H); without them the copy-engine lane serves both
+SECURE_IN, SECURE_OUT = 0, 1
+# what the transform needs of a model beyond the link prices (docs/multi-gpu.md section 6)
+P2P_METHODS = ("p2p_chunk_bytes", "p2p_meta_bytes", "p2p_sync_ns", "key_rotation_ns", "crypto_page_bytes",
+               "ce_crypto_ns", "submit_ns")
 
 
 @dataclass(frozen=True)
 class P2POptions:
+    overlap: bool = False
+    split: bool = False
     batched_meta: bool = False
     keymgmt: bool = False
-    parallel_auth: bool = False
-    overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,46 +100,58 @@ class P2PPlan:
     chunks: int
 
 
-def add_proxy_lanes(graph: OpGraph, ranks) -> OpGraph:
+def has_collectives(graph: OpGraph) -> bool:
+    return bool(np.any(graph.kind == OpKind.COLLECTIVE))
+
+
+def _add_rank_lanes(graph: OpGraph, ranks, typ: LaneType, key: int, name: str) -> OpGraph:
     lanes = graph.lanes
     changed = False
     for r in sorted(set(int(x) for x in ranks)):
-        if lanes.find(r, LaneType.SUBMIT, 0) == NO_LANE:
-            lanes, _ = lanes.add(r, LaneType.SUBMIT, 0, f"rank{r}/{PROXY}")
+        if lanes.find(r, typ, key) == NO_LANE:
+            lanes, _ = lanes.add(r, typ, key, f"rank{r}/{name}")
             changed = True
     return graph.replace(lanes=lanes) if changed else graph
 
 
-def transform_p2p(graph: OpGraph, model, opts: P2POptions, protocol: str = "cc-multi",
+def _require_p2p_model(model, protocol: str) -> None:
+    require_link_model(model, protocol)
+    missing = [m for m in P2P_METHODS if not hasattr(model, m)]
+    if missing:
+        raise PluginError(f"protocol '{protocol}' encrypts GPU-to-GPU messages and needs a hardware model with "
+                          f"{', '.join(missing)}; model '{model.name}' has none of these")
+
+
+def transform_p2p(graph: OpGraph, model, opts: P2POptions, protocol: str = "baseline",
                   plan: list | None = None) -> OpGraph:
     """Encrypt every GPU-to-GPU message of ``graph``'s collectives (see the module docstring).
     ``plan``: a list that receives the :class:`P2PPlan` (optional)."""
-    if not np.any(graph.kind == OpKind.COLLECTIVE):
+    if not has_collectives(graph):
         return graph
-    require_link_model(model, protocol)
+    _require_p2p_model(model, protocol)
     g = model.add_lanes(graph)
     col = find(g, model)
     msg = messages(col) if len(col) else None
     if msg is None or len(msg) == 0:
         return g
-    g = _without_barriers(add_proxy_lanes(g, g.rank[col.node]), col.node)
+    ranks = g.rank[col.node]
+    g = _add_rank_lanes(g, ranks, LaneType.SUBMIT, PROXY_KEY, PROXY + "_send")
+    g = _add_rank_lanes(g, ranks, LaneType.SUBMIT, PROXY_KEY + 1, PROXY + "_recv")
+    g = _add_rank_lanes(g, ranks, LaneType.LINK, 0, LINK_NAME)
+    g = _without_barriers(g, col.node)
     ed = GraphEditor(g)
     ends = _Ends.of(g, model, col, msg)
-    priority = _priorities(g, col, msg)
-    ch = chunk(msg.nbytes, model.bounce_slot_bytes)
-    cmd = _add_commands(ed, model, ends, priority, ch, opts.batched_meta)
-    key = _add_key_rotation(ed, model, msg, ends, priority, ch, cmd, opts.keymgmt)
-    stages = _add_stages(ed, model, msg, ends, priority, ch, opts)
-    latency_out = np.int64(model.pcie_latency_ns(CopyDir.D2H))
-    _link_stages(ed, ch, cmd, key, stages, opts, latency_out, np.int64(model.pcie_latency_ns(CopyDir.H2D)))
-    # a message is forwarded only after what it carries was received and verified
-    ed.add_edges(stages.received[msg.pre_msg], stages.encrypt[ch.first[msg.pre_of]], DepKind.DATA, 0)
-    # the collective completes on a rank when its receipts are verified and its sends have left
-    ed.add_edges(stages.received, ends.recv_node, DepKind.DATA, 0)
-    ed.add_edges(stages.send[ch.last_of_copy()], ends.send_node, DepKind.DATA, latency_out)
+    ch = _Chunks.of(msg.nbytes, model.p2p_chunk_bytes)
+    priority = _priorities(g, col, msg, ch)
+    gpus = col.n[msg.inst]  # per message: GPUs of its collective (which link it takes)
+    latency = np.zeros(len(msg), np.int64)
+    for k in np.unique(gpus).tolist():
+        latency[gpus == k] = model.link_latency_ns(int(k))
+    nodes = _add_nodes(ed, model, msg, ends, priority, ch, gpus, opts)
+    _add_edges(ed, msg, ends, ch, nodes, latency, _Pages.of(model, ch, gpus, opts), opts)
     ed.dur[col.node] = 0
     if plan is not None:
-        plan.append(P2PPlan(collectives=col, messages=msg, chunks=len(ch)))
+        plan.append(P2PPlan(collectives=col, messages=msg, chunks=len(ch.msg)))
     return ed.build()
 
 
@@ -125,9 +162,40 @@ def _without_barriers(graph: OpGraph, members: np.ndarray) -> OpGraph:
     return graph.replace(group=group)
 
 
-def _pages(nbytes: np.ndarray, page_bytes: int) -> np.ndarray:
-    """Crypto pages (one IV and tag each) of every size, at least one."""
-    return np.maximum(1, -(-nbytes // page_bytes))
+def _link_ns(model, nbytes: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    """Link occupancy of ``nbytes`` per entry, on the link of a collective of ``gpus`` GPUs."""
+    out = np.zeros(nbytes.shape[0], np.int64)
+    for k in np.unique(gpus).tolist():
+        sel = gpus == k
+        out[sel] = np.asarray(model.link_ns(nbytes[sel], int(k)), np.int64)
+    return out
+
+
+@dataclass(frozen=True)
+class _Chunks:
+    """Staging chunks of every message (in message order, chunk order within)."""
+
+    msg: np.ndarray  # per chunk: its message
+    j: np.ndarray  # per chunk: index within its message
+    nbytes: np.ndarray  # per chunk
+    first: np.ndarray  # per message: its first chunk
+    last: np.ndarray  # per message: its last chunk
+
+    @staticmethod
+    def of(nbytes: np.ndarray, chunk_bytes: int) -> "_Chunks":
+        nbytes = np.asarray(nbytes, np.int64)
+        count = np.maximum(1, -(-nbytes // np.int64(chunk_bytes)))
+        first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+        msg = np.repeat(np.arange(nbytes.size, dtype=np.int64), count)
+        j = np.arange(msg.size, dtype=np.int64) - first[msg]
+        size = np.where(j < count[msg] - 1, np.int64(chunk_bytes), nbytes[msg] - (count[msg] - 1) * chunk_bytes)
+        return _Chunks(msg=msg, j=j, nbytes=size.astype(np.int64), first=first, last=first + count - 1)
+
+    def groups(self, per_message: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(group of every chunk, message of every group): one group per chunk, or per message."""
+        if per_message:
+            return self.msg, np.arange(self.first.size, dtype=np.int64)
+        return np.arange(self.msg.size, dtype=np.int64), self.msg
 
 
 @dataclass(frozen=True)
@@ -138,9 +206,7 @@ class _Ends:
     recv_node: np.ndarray
     send_ce: np.ndarray
     recv_ce: np.ndarray
-    send_pcie: np.ndarray  # the sender's PCIe D2H lane
-    recv_pcie: np.ndarray  # the receiver's PCIe H2D lane
-    recv_auth: np.ndarray
+    send_link: np.ndarray
     send_proxy: np.ndarray
     recv_proxy: np.ndarray
 
@@ -148,143 +214,191 @@ class _Ends:
     def of(g: OpGraph, model, col: Collectives, msg: Messages) -> "_Ends":
         send_node, recv_node = col.node[msg.src], col.node[msg.dst]
         send_rank, recv_rank = g.rank[send_node].astype(np.int64), g.rank[recv_node].astype(np.int64)
+
+        def lane(ranks, typ, key=0):
+            return np.asarray([g.lanes.find(int(r), typ, key) for r in ranks.tolist()], np.int64)
+
+        def secure(ranks, key):  # the secure-copy channel lane of a direction, or the copy engines
+            ch = lane(ranks, LaneType.GPU_CRYPTO, key)
+            return np.where(ch >= 0, ch, model.lane_index(g, ranks, LaneType.COPY_ENGINE)).astype(np.int64)
+
         ends = _Ends(
             send_node=send_node, recv_node=recv_node,
-            send_ce=model.lane_index(g, send_rank, LaneType.COPY_ENGINE),
-            recv_ce=model.lane_index(g, recv_rank, LaneType.COPY_ENGINE),
-            send_pcie=model.lane_index(g, send_rank, LaneType.PCIE_D2H),
-            recv_pcie=model.lane_index(g, recv_rank, LaneType.PCIE_H2D),
-            recv_auth=model.lane_index(g, recv_rank, LaneType.GPU_AUTH),
-            send_proxy=model.lane_index(g, send_rank, LaneType.SUBMIT),
-            recv_proxy=model.lane_index(g, recv_rank, LaneType.SUBMIT))
-        for lane, what in ((ends.send_ce, "copy-engine"), (ends.recv_ce, "copy-engine"), (ends.send_pcie, "PCIe D2H"),
-                           (ends.recv_pcie, "PCIe H2D"), (ends.recv_auth, "GPU authentication"),
-                           (ends.send_proxy, PROXY)):
-            lanes_required(lane, what)
+            send_ce=secure(send_rank, SECURE_OUT), recv_ce=secure(recv_rank, SECURE_IN),
+            send_link=lane(send_rank, LaneType.LINK),
+            send_proxy=lane(send_rank, LaneType.SUBMIT, PROXY_KEY),
+            recv_proxy=lane(recv_rank, LaneType.SUBMIT, PROXY_KEY + 1))
+        for ln, what in ((ends.send_ce, "copy-engine"), (ends.recv_ce, "copy-engine"), (ends.send_link, LINK_NAME),
+                         (ends.send_proxy, PROXY + "_send"), (ends.recv_proxy, PROXY + "_recv")):
+            lanes_required(ln, what)
         return ends
 
 
-def _priorities(g: OpGraph, col: Collectives, msg: Messages) -> np.ndarray:
-    """Per message: its order key on shared lanes (the engine serves a lane in visiting order):
-    one key per instance for all its ranks (its earliest member's) plus the step, so that step s
-    of every rank goes before step s+1 of any rank."""
+# Order of the stages of one chunk on shared lanes (added to the chunk's order key).
+_STAGE = {name: i for i, name in enumerate(("push_encrypt", "key", "encrypt", "sync_send", "push_send", "link", "meta",
+                                            "sync_recv", "push_decrypt", "decrypt"))}
+
+
+def _priorities(g: OpGraph, col: Collectives, msg: Messages, ch: "_Chunks") -> np.ndarray:
+    """Per chunk: its order key on shared lanes (the engine serves a lane in visiting order, a
+    FIFO): one key per instance for all its ranks (its earliest member's), then by step, chunk
+    and stage (``+ _STAGE[...]``), so that step s of every rank goes before step s+1 of any rank
+    and a message's chunks go through each stage in order."""
     inst_key = np.full(len(col), np.iinfo(np.int64).max, np.int64)
     np.minimum.at(inst_key, col.inst, g.order[col.node])
-    return inst_key[msg.inst] + msg.step
+    per_step = int((ch.last - ch.first).max(initial=0)) + 1
+    return inst_key[msg.inst[ch.msg]] + (msg.step[ch.msg] * per_step + ch.j) * len(_STAGE)
 
 
 @dataclass(frozen=True)
-class _Commands:
-    """The encrypted CE commands: one per chunk and side (unbatched) or per message and side."""
+class _Nodes:
+    """Host-side nodes per push or sync group, engine and link nodes per chunk, key share per message."""
 
-    of_chunk: np.ndarray  # per chunk: index of its command (into sender/receiver)
-    sender: np.ndarray  # node per command, on the sender's proxy
-    receiver: np.ndarray  # node per command, on the receiver's proxy
+    push_encrypt: np.ndarray  # per encrypt-push group, sender's send proxy
+    encrypt_group: np.ndarray  # per chunk: its encrypt push
+    push_send: np.ndarray  # per send-push group
+    push_decrypt: np.ndarray  # per decrypt-push group (receiver's receive proxy)
+    other_group: np.ndarray  # per chunk: its send and decrypt pushes
+    sync_send: np.ndarray  # per chunk (-1 with overlap: no host synchronisation on the data path)
+    sync_recv: np.ndarray  # per chunk (-1 with overlap)
+    key: np.ndarray  # per message (-1 without a stall)
+    encrypt: np.ndarray  # per chunk
+    link: np.ndarray  # per chunk
+    meta: np.ndarray  # per chunk (zero-time with batched metadata)
+    decrypt: np.ndarray  # per chunk
+
+    def landed(self, batched: bool) -> np.ndarray:
+        """Per chunk: the transfer after which it is usable (its IV/tag transfer, zero-time when batched)."""
+        return self.meta
 
 
-def _add_commands(ed: GraphEditor, model, ends: _Ends, priority: np.ndarray, ch: Chunks,
-                  batched: bool) -> _Commands:
-    """Created interleaved (sender, receiver) so a rank's proxy serves them in message order; a
-    command can be pushed once the collective is launched."""
-    of_chunk = ch.copy if batched else np.arange(len(ch), dtype=np.int64)
-    message = np.arange(len(ch.first), dtype=np.int64) if batched else ch.copy  # per command
-    anchors = np.stack([ends.send_node[message], ends.recv_node[message]], axis=1).ravel()
-    lanes = np.stack([ends.send_proxy[message], ends.recv_proxy[message]], axis=1).ravel()
-    submit_ns = np.int64(np.asarray(model.submit_ns(int(OpKind.MEMCPY))).item())
-    nodes = ed.add_nodes(DerivedKind.P2P_SUBMIT, anchors, lanes, submit_ns, order=np.repeat(priority[message], 2))
-    copy_in_edges(ed, anchors, nodes)
-    return _Commands(of_chunk=of_chunk, sender=nodes[0::2], receiver=nodes[1::2])
+def _add_nodes(ed: GraphEditor, model, msg: Messages, ends: _Ends, priority: np.ndarray, ch: _Chunks,
+               gpus: np.ndarray, opts: P2POptions) -> _Nodes:
+    submit = np.int64(np.asarray(model.submit_ns(int(OpKind.MEMCPY))).item())
+    sync = np.int64(model.p2p_sync_ns())
+    m, nb = ch.msg, ch.nbytes
 
+    def host(kind, stage, anchor, lane, dur, group_msg, key):  # one node per group (``group_msg``: its message)
+        return ed.add_nodes(kind, anchor[group_msg], lane[group_msg], dur, order=key + _STAGE[stage])
 
-def _add_key_rotation(ed: GraphEditor, model, msg: Messages, ends: _Ends, priority: np.ndarray, ch: Chunks,
-                      cmd: _Commands, managed: bool) -> np.ndarray:
-    """Per message: its share of a key-rotation stall, on the sender's copy engine after its first
-    command (-1 where it has none, or with key management off the data path)."""
+    # one push per chunk and stage; a push merged into its message's first (batched metadata) stays
+    # as a zero-time node, so that an option changes durations only, never the graph's shape.
+    # Encrypt pushes are made ahead (a message's pushes all go first); send and decrypt pushes
+    # follow the chunk's host synchronisation (chunk-grained pipeline), so batching can merge them
+    # only with overlap (no host on the data path: every push made ahead)
+    enc_group, enc_msg = ch.groups(False)
+    first = ch.j == 0
+    merged = np.where(first | ~np.bool_(opts.batched_meta), submit, 0)
+    push_encrypt = host(DerivedKind.P2P_SUBMIT, "push_encrypt", ends.send_node, ends.send_proxy, merged, enc_msg,
+                        priority[ch.first[enc_msg]])
+    copy_in_edges(ed, ends.send_node[enc_msg], push_encrypt)  # pushed once the collective is launched
+    oth_group, oth_msg = ch.groups(False)
+    other = np.where(first | ~np.bool_(opts.batched_meta and opts.overlap), submit, 0)
+    push_send = host(DerivedKind.P2P_SUBMIT, "push_send", ends.send_node, ends.send_proxy, other, oth_msg, priority)
+    push_decrypt = host(DerivedKind.P2P_SUBMIT, "push_decrypt", ends.recv_node, ends.recv_proxy, other, oth_msg,
+                        priority)
+    copy_in_edges(ed, ends.recv_node[oth_msg], push_decrypt)
+    sync_send = sync_recv = np.full(ch.msg.size, -1, np.int64)
+    if not opts.overlap:
+        sync_send = host(DerivedKind.P2P_SYNC, "sync_send", ends.send_node, ends.send_proxy, sync, m, priority)
+        sync_recv = host(DerivedKind.P2P_SYNC, "sync_recv", ends.recv_node, ends.recv_proxy, sync, m, priority)
+
+    # key shares (zero-time with key management off the data path: same graph, no stall)
     key = np.full(len(msg), -1, np.int64)
-    if managed:
-        return key
-    stall = np.asarray(model.key_rotation_ns(msg.nbytes, _pages(msg.nbytes, model.crypto_page_bytes)), np.int64)
+    pages = np.maximum(1, -(-msg.nbytes // np.int64(model.crypto_page_bytes)))
+    stall = np.asarray(model.key_rotation_ns(msg.nbytes, pages), np.int64)
     has = np.flatnonzero(stall > 0)
-    key[has] = ed.add_nodes(DerivedKind.KEY_ROTATION, ends.send_node[has], ends.send_ce[has], stall[has],
-                            msg.nbytes[has], order=priority[has])
-    ed.add_edges(cmd.sender[cmd.of_chunk[ch.first[has]]], key[has], DepKind.DATA, 0)
-    return key
+    key[has] = ed.add_nodes(DerivedKind.KEY_ROTATION, ends.send_node[has], ends.send_ce[has],
+                            0 if opts.keymgmt else stall[has], msg.nbytes[has],
+                            order=priority[ch.first[has]] + _STAGE["key"])
+
+    meta_nb = np.asarray(model.p2p_meta_bytes(nb), np.int64)
+    parts = int(getattr(model, "ce_split_parts", 1)) if opts.split else 1
+    crypto = np.asarray(model.ce_crypto_ns(nb, parts) if parts > 1 else model.ce_crypto_ns(nb), np.int64)
+
+    def stage(kind, name, anchor, lane, dur, nbytes):
+        return ed.add_nodes(kind, anchor[m], lane[m], dur, nbytes, order=priority + _STAGE[name])
+
+    encrypt = stage(DerivedKind.CE_ENCRYPT, "encrypt", ends.send_node, ends.send_ce, crypto, nb)
+    # batched: the IVs/tags inside the data transfer (their own transfer stays, zero-time)
+    wire = nb + meta_nb if opts.batched_meta else nb
+    link = stage(DerivedKind.P2P_LINK, "link", ends.send_node, ends.send_link, _link_ns(model, wire, gpus[m]), nb)
+    meta = stage(DerivedKind.P2P_META, "meta", ends.send_node, ends.send_link,
+                 0 if opts.batched_meta else _link_ns(model, meta_nb, gpus[m]), 0 if opts.batched_meta else meta_nb)
+    decrypt = stage(DerivedKind.CE_DECRYPT, "decrypt", ends.recv_node, ends.recv_ce, crypto, nb)
+    return _Nodes(push_encrypt=push_encrypt, encrypt_group=enc_group, push_send=push_send, push_decrypt=push_decrypt,
+                  other_group=oth_group, sync_send=sync_send, sync_recv=sync_recv, key=key, encrypt=encrypt,
+                  link=link, meta=meta, decrypt=decrypt)
 
 
 @dataclass(frozen=True)
-class _Stages:
-    """Node per chunk of each stage (``meta``: -1 with batched IVs/tags) and, per message, the node
-    that completes its receipt (its last authentication, or its one authentication when batched)."""
+class _Pages:
+    """Per chunk: one crypto page through the copy engine and through the link (streaming lags)."""
 
-    encrypt: np.ndarray
-    send: np.ndarray  # PCIe D2H on the sender
-    meta: np.ndarray  # IV/tag read on the receiver
-    receive: np.ndarray  # PCIe H2D on the receiver
-    decrypt: np.ndarray
-    auth: np.ndarray  # per chunk (unbatched) or per message (batched)
-    received: np.ndarray  # per message
+    ce: np.ndarray
+    link: np.ndarray
 
-
-def _add_stages(ed: GraphEditor, model, msg: Messages, ends: _Ends, priority: np.ndarray, ch: Chunks,
-                opts: P2POptions) -> _Stages:
-    copy, nb = ch.copy, ch.nbytes
-
-    def stage(kind, anchor, lane, dur):
-        return ed.add_nodes(kind, anchor[copy], lane[copy], dur, nb, order=priority[copy])
-
-    encrypt = stage(DerivedKind.CE_ENCRYPT, ends.send_node, ends.send_ce, model.ce_crypto_ns(nb))
-    send = stage(DerivedKind.PCIE, ends.send_node, ends.send_pcie, model.pcie_ns(nb, CopyDir.D2H))
-    meta = np.full(len(ch), -1, np.int64)
-    if not opts.batched_meta:
-        meta_bytes = _pages(nb, model.crypto_page_bytes) * META_BYTES_PER_PAGE
-        meta = stage(DerivedKind.P2P_META, ends.recv_node, ends.recv_pcie, model.pcie_ns(meta_bytes, CopyDir.H2D))
-    receive = stage(DerivedKind.PCIE, ends.recv_node, ends.recv_pcie, model.pcie_ns(nb, CopyDir.H2D))
-    decrypt = stage(DerivedKind.CE_DECRYPT, ends.recv_node, ends.recv_ce, model.ce_crypto_ns(nb))
-    if opts.batched_meta:  # one authentication per message
-        auth = ed.add_nodes(DerivedKind.GPU_AUTH, ends.recv_node, ends.recv_auth,
-                            model.auth_ns(msg.nbytes, opts.parallel_auth), msg.nbytes, order=priority)
-        received = auth
-    else:
-        auth = stage(DerivedKind.GPU_AUTH, ends.recv_node, ends.recv_auth, model.auth_ns(nb, opts.parallel_auth))
-        received = auth[ch.last_of_copy()]
-    return _Stages(encrypt=encrypt, send=send, meta=meta, receive=receive, decrypt=decrypt, auth=auth,
-                   received=received)
+    @staticmethod
+    def of(model, ch: _Chunks, gpus: np.ndarray, opts: P2POptions) -> "_Pages":
+        page = np.minimum(ch.nbytes, np.int64(model.crypto_page_bytes))
+        parts = int(getattr(model, "ce_split_parts", 1)) if opts.split else 1
+        ce = np.asarray(model.ce_crypto_ns(page, parts) if parts > 1 else model.ce_crypto_ns(page), np.int64)
+        return _Pages(ce=ce, link=_link_ns(model, page, gpus[ch.msg]))
 
 
-def _link_stages(ed: GraphEditor, ch: Chunks, cmd: _Commands, key: np.ndarray, stages: _Stages, opts: P2POptions,
-                 latency_out: np.int64, latency_in: np.int64) -> None:
-    """DATA edges of each message: sender command -> (key) -> encrypt -> D2H; receiver command ->
-    (IV/tag read) -> H2D -> decrypt -> authenticate."""
+def _add_edges(ed: GraphEditor, msg: Messages, ends: _Ends, ch: _Chunks, n: _Nodes, latency: np.ndarray,
+               pages: _Pages, opts: P2POptions) -> None:
+    """Baseline (chunk-grained): encrypt_j -> sync -> push -> link_j (-> IV/tags_j) -> latency -> sync
+    -> push -> decrypt_j; the chunks of a stage in order. With ``overlap`` (page-grained, no host on
+    the data path): encrypt_j, link_j and decrypt_j start together once chunk j-1 is done and
+    stream page by page; a chunk is done at the latest of its stages plus one page of the later ones."""
     data = DepKind.DATA
-    later = np.flatnonzero(ch.j > 0)  # chunks after the first of their message
-    last = ch.last_of_copy()[ch.copy]
+    later = np.flatnonzero(ch.j > 0)
+    prev = later - 1
+    landed = n.landed(opts.batched_meta)
+    lat = latency[ch.msg]
+    ed.add_edges(n.push_encrypt[n.encrypt_group], n.encrypt, data, 0)
+    ed.add_edges(n.push_send[n.other_group], n.link, data, 0)
+    ed.add_edges(n.push_decrypt[n.other_group], n.decrypt, data, 0)
+    ed.add_edges(n.link, n.meta, data, 0)  # the chunk's IVs/tags, a transfer of their own
+    # a message is encrypted only after what it forwards was received (decrypted and verified)
+    rotated = np.flatnonzero(n.key >= 0)
+    ed.add_edges(n.push_encrypt[n.encrypt_group[ch.first[rotated]]], n.key[rotated], data, 0)
+    ed.add_edges(n.key[rotated], n.encrypt[ch.first[rotated]], data, 0)
+    start = [n.encrypt] if not opts.overlap else [n.encrypt, n.link, n.decrypt]
+    for st in start:
+        _received_edges(ed, ch, n, pages, lat, msg.pre_msg, st[ch.first[msg.pre_of]], opts)
+    if not opts.overlap:
+        for st in (n.encrypt, n.link, n.decrypt):  # each stage takes the chunks in order
+            ed.add_edges(st[prev], st[later], data, 0)
+        ed.add_edges(n.encrypt, n.sync_send, data, 0)
+        ed.add_edges(n.sync_send, n.push_send[n.other_group], data, 0)
+        ed.add_edges(landed, n.sync_recv, data, lat)
+        ed.add_edges(n.sync_recv, n.push_decrypt[n.other_group], data, 0)
+    else:  # chunk j's three stages start once chunk j-1 is done (the channels' IV order)
+        for st in (n.encrypt, n.link, n.decrypt):
+            _received_edges(ed, ch, n, pages, lat, None, st[later], opts, chunks=prev)
+        for st in (n.link, n.decrypt):  # the streams start together, after the key share
+            ed.add_edges(n.key[rotated], st[ch.first[rotated]], data, 0)
+    # the collective completes on a rank when its receipts are verified and its sends have left
+    _received_edges(ed, ch, n, pages, lat, np.arange(len(msg)), ends.recv_node, opts)
+    ed.add_edges(landed[ch.last], ends.send_node, data, latency)
+    if opts.overlap:
+        ed.add_edges(n.encrypt[ch.last], ends.send_node, data, pages.link[ch.last] + latency)
 
-    def chain(stage):  # chunk j after chunk j-1 of the same stage
-        ed.add_edges(stage[later - 1], stage[later], data, 0)
 
-    def after(dst, src, lag=0):  # chunk j of dst after chunk j of src (overlap) or after src's last chunk
-        ed.add_edges(src if opts.overlap else src[last], dst, data, lag)
-
-    ed.add_edges(cmd.sender[cmd.of_chunk], stages.encrypt, data, 0)
-    rotated = np.flatnonzero(key >= 0)
-    ed.add_edges(key[rotated], stages.encrypt[ch.first[rotated]], data, 0)
-    chain(stages.encrypt)
-    after(stages.send, stages.encrypt)
-    chain(stages.send)
-    ed.add_edges(cmd.receiver[cmd.of_chunk], stages.receive, data, 0)
-    after(stages.receive, stages.send, latency_out)
-    chain(stages.receive)
-    if not opts.batched_meta:
-        ed.add_edges(cmd.receiver[cmd.of_chunk], stages.meta, data, 0)
-        after(stages.meta, stages.send, latency_out)
-        ed.add_edges(stages.meta, stages.decrypt, data, latency_in)
-    after(stages.decrypt, stages.receive, latency_in)
-    chain(stages.decrypt)
-    if opts.batched_meta:
-        ed.add_edges(stages.decrypt[ch.last_of_copy()], stages.auth, data, 0)
-    else:
-        after(stages.auth, stages.decrypt)
-        chain(stages.auth)
+def _received_edges(ed: GraphEditor, ch: _Chunks, n: _Nodes, pages: _Pages, lat: np.ndarray, messages_: np.ndarray | None,
+                    dst: np.ndarray, opts: P2POptions, chunks: np.ndarray | None = None) -> None:
+    """``dst[i]`` waits until chunk ``chunks[i]`` (default: the last chunk of message ``messages_[i]``)
+    is decrypted and verified: its decrypt node, and with ``overlap`` (streaming) also its link
+    transfer + latency + one page of decryption and its encryption + one page through link and CE."""
+    c = ch.last[messages_] if chunks is None else chunks
+    data = DepKind.DATA
+    ed.add_edges(n.decrypt[c], dst, data, 0)
+    if opts.overlap:
+        landed = n.landed(opts.batched_meta)
+        ed.add_edges(landed[c], dst, data, lat[c] + pages.ce[c])
+        ed.add_edges(n.encrypt[c], dst, data, pages.link[c] + lat[c] + pages.ce[c])
 
 
-__all__ = ["P2POptions", "P2PPlan", "transform_p2p", "add_proxy_lanes", "META_BYTES_PER_PAGE"]
+__all__ = ["P2POptions", "P2PPlan", "transform_p2p", "has_collectives", "PROXY", "P2P_METHODS"]

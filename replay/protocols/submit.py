@@ -1,10 +1,13 @@
-"""Encrypted command submission under CC: a fixed CPU cost per launched GPU op.
+"""Encrypted command submission under CC: one encrypted submission per host submission call.
 
-For every host op ``R`` that launches GPU ops (LAUNCH edges), a ``cc_submit`` node of duration
-``sum(model.submit_ns(kind of each launched op))`` follows ``R`` on its host lane, and the
-launched ops' LAUNCH lags grow by their own submission cost (the GPU cannot start the op before
-its encrypted command arrives). ``R``'s program successors then follow the submit node: see
-:func:`redirect_program`.
+A host call ``R`` that launches GPU ops (LAUNCH edges: a kernel launch, a copy, a memset, or a
+``cudaGraphLaunch`` launching every op of the graph) writes ONE pushbuffer segment, which the CPU
+encrypts [S9]. Its cost is ``max(model.submit_ns(kind of each launched op))``: one submission,
+priced by the most expensive kind it carries, whatever the number of ops in it. A ``cc_submit``
+node of that duration follows ``R`` on its host lane, and every op ``R`` launches has its LAUNCH
+lag grown by the *same* cost (the GPU cannot start any op of the segment before the encrypted
+segment is there), so host and GPU account one submission alike. ``R``'s program successors
+then follow the submit node: see :func:`redirect_program`.
 """
 
 from __future__ import annotations
@@ -27,14 +30,13 @@ def add_submission(ed: GraphEditor, model, e: np.ndarray | None = None) -> np.nd
     if e.size == 0:
         return tail
     cost = np.asarray(model.submit_ns(g.kind[ed.edge_dst[e]]), dtype=np.int64)
-    lag = ed.edge_lag
-    lag[e] += cost
     src = g.dep_src[e]
-    order = np.argsort(src, kind="stable")
-    s_sorted = src[order]
-    starts = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])
-    launchers = s_sorted[starts]
-    total = np.add.reduceat(cost[order], starts) if starts.size else np.zeros(0, np.int64)
+    per_call = np.zeros(ed.n0, np.int64)
+    np.maximum.at(per_call, src, cost)  # one submission per call, priced by its most expensive kind
+    lag = ed.edge_lag
+    lag[e] += per_call[src]
+    launchers = np.unique(src)
+    total = per_call[launchers]
     has = total > 0
     launchers, total = launchers[has], total[has]
     sub = ed.add_nodes(DerivedKind.CC_SUBMIT, launchers, g.lane[launchers], total)

@@ -123,7 +123,7 @@ def batches(points: Sequence[Point], workers: int) -> list[list[tuple]]:
     """Small batches of one trace each: few enough tasks to amortise submission, enough to balance."""
     size = max(1, min(8, len(points) // max(1, 8 * workers)))
     out = []
-    for _sha_, group in itertools.groupby(points, key=lambda p: p.trace_sha):
+    for _sha, group in itertools.groupby(points, key=lambda p: p.trace_sha):
         group = list(group)
         for i in range(0, len(group), size):
             out.append([p.task() for p in group[i:i + size]])

@@ -117,7 +117,7 @@ def check_protocols(protocols: Iterable[str]) -> set[str]:
 
     available = set(plugins.available_protocols())
     for p in protocols:
-        if p != CAPTURED and p not in available:
+        if p != CAPTURED and p.split("+")[0].strip() not in available:  # NAME+OPTION: options checked on load
             raise PluginError(f"unknown protocol '{p}' (available: {', '.join(sorted(available | {CAPTURED}))})")
     return available
 

@@ -27,6 +27,19 @@ if TYPE_CHECKING:
 MODES = ("modelled", "measured")
 META = torch.device("meta")
 
+HOST_COST_FIELDS = ("launch_kernel_ns", "memcpy_call_ns", "memset_call_ns", "sync_return_ns", "event_call_ns",
+                    "aten_op_host_ns", "aten_view_host_ns", "module_call_host_ns", "optimizer_step_host_ns",
+                    "optimizer_param_host_ns")
+"""The ``GpuSpec`` fields that are host durations (the modelled host time); ``--host-speed``
+divides each of them (:func:`host_scaled_spec`)."""
+
+
+def host_scaled_spec(spec, speed: float):
+    """``spec`` with every host cost (:data:`HOST_COST_FIELDS`) divided by ``speed`` (rounded to ns)."""
+    if speed == 1.0:
+        return spec
+    return spec.with_overrides(**{f: int(round(getattr(spec, f) / speed)) for f in HOST_COST_FIELDS})
+
 
 class HostClock:
     """Advances ``rec.now`` between the emulator's handlers.
@@ -53,7 +66,7 @@ class HostClock:
         the script's, less the calibrated cost of getting into the handler."""
         if self._depth == 0 and self.measured:
             t = time.perf_counter_ns()
-            self.rec.now += max(0, t - self._resume - self.intercept_ns)
+            self.rec.now += int(max(0, t - self._resume - self.intercept_ns) / self.rec.speed.host)
         self._depth += 1
 
     def leave(self) -> None:
@@ -129,4 +142,5 @@ def calibrate(rec: "Recorder", fmode, dmode, n: int = 300) -> int:
         adv = (rec.now - start) / n
     rec.now, clock._resume, rec.host_end = saved
     # one view = 2 interceptions (function + dispatch) + the modeled view cost + the plain call
-    return max(0, int((adv - rec.spec.aten_view_host_ns - plain) / 2))
+    # (the virtual time is the measured time divided by --host-speed: undo that first)
+    return max(0, int(((adv - rec.spec.aten_view_host_ns) * rec.speed.host - plain) / 2))

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
 from tracegen.emulation import costmodel
 from tracegen.emulation.costmodel import GpuSpec
-from tracegen.emulation.hosttime import HostClock
+from tracegen.emulation.hosttime import HostClock, host_scaled_spec
+from tracegen.emulation.speed import speed_factors
 
 if TYPE_CHECKING:
     from tracegen.emulation.streams import EmuEvent
 
 DEFAULT_STREAM = 7  # the id CUPTI gives the default stream in Kineto traces
+HOST_THREAD = 1  # thread id of the script's main thread in the trace (fixed: captures are deterministic)
 
 
 @dataclass
@@ -68,11 +70,16 @@ def activated(rec: "Recorder") -> Iterator["Recorder"]:
 class Recorder:
     """The virtual timeline of one emulated capture."""
 
-    def __init__(self, spec: GpuSpec, host_time: str = "modelled"):
-        self.spec = spec
+    def __init__(self, spec: GpuSpec, host_time: str = "modelled", *, gpu_speed: float = 1.0,
+                 copy_speed: float = 1.0, host_speed: float = 1.0):
+        """``gpu_speed``/``copy_speed``/``host_speed``: what-if speed factors
+        (:mod:`tracegen.emulation.speed`): kernel and memset durations, copy durations and every
+        modelled host duration are divided by them."""
+        self.speed = speed_factors(gpu_speed, copy_speed, host_speed)
+        self.spec = host_scaled_spec(spec, self.speed.host)
         self.clock = HostClock(self, host_time)
         self.ops: list[_Op] = []
-        self.thread = threading.get_native_id()
+        self.thread = HOST_THREAD
         self.main_ident = threading.get_ident()
         self.now = 0  # virtual host time, ns
         self.host_end = 0  # end of the last host op written
@@ -150,7 +157,7 @@ class Recorder:
         s = self.stream_id() if stream is None else stream
         lop = self.ops[launch]
         start = max(lop.end + self.spec.launch_latency_ns, self.stream_free.get(s, 0), self.stream_ready.pop(s, 0))
-        op = _Op(kind, name, start, max(1, int(dur)), stream=s, bytes=int(nbytes), copy_dir=copy_dir,
+        op = _Op(kind, name, start, self.speed.gpu_dur(kind, dur), stream=s, bytes=int(nbytes), copy_dir=copy_dir,
                  host_mem=host_mem, correlation=lop.correlation)
         op.deps.append((launch, DepKind.LAUNCH))
         if s in self.stream_last:

@@ -6,7 +6,7 @@
 //   bytes GB_S BYTES                                     -> replay.model.bytes_ns
 //   pcie GB_S LATENCY_NS BYTES                           -> occupancy ns (latency not included)
 //   cpu CORE_GB_S CALL_OVERHEAD_NS CALL_BYTES BYTES      -> cpu_encrypt_ns
-//   ce CRYPTO_GB_S OP_OVERHEAD_NS BYTES                  -> ce_crypto_ns
+//   ce CRYPTO_GB_S OP_OVERHEAD_NS BYTES [PARTS]          -> ce_crypto_ns (PARTS engines, default 1)
 //   auth SERIAL_GB_S PAR_GB_S_PER_SM SMS OVERHEAD_NS PARALLEL(0|1) BYTES -> auth_ns
 //   submit KERNEL_NS COPY_NS MEMSET_NS COLLECTIVE_NS OPKIND             -> submit_ns
 //   chunks SLOT_BYTES SLOTS BYTES                        -> chunks of a transfer
@@ -52,10 +52,11 @@ int main() {
                 out = fastrack::CpuCryptoEngine(r, ov, cb, 1).encryptNs(b);
             } else if (what == "ce") {
                 double r;
-                std::int64_t ov, b;
+                std::int64_t ov, b, parts = 1;
                 in >> r >> ov >> b;
                 if (!in) throw fastrack::ParamError("bad line");
-                out = fastrack::GpuCryptoEngine(r, ov, 1).cryptoNs(b);
+                if (!(in >> parts)) parts = 1;
+                out = fastrack::GpuCryptoEngine(r, ov, 1).cryptoNs(b, parts);
             } else if (what == "auth") {
                 double s, p;
                 std::int64_t sms, ov, par, b;

@@ -182,7 +182,8 @@ class CpuCryptoEngine {
     std::int64_t call_overhead_ns_, call_bytes_, threads_;
 };
 
-// AES-GCM in a GPU copy engine: op_overhead + ceil(bytes / crypto rate), per chunk per engine.
+// One copy-engine secure copy (decrypt+verify or encrypt+tag): op_overhead + ceil(ceil(bytes / parts) / rate),
+// parts = 1, or the engines one operation's AES-GCM is spread over (Fastrack fix 2, partial tags).
 class GpuCryptoEngine {
   public:
     GpuCryptoEngine(double crypto_gb_s, std::int64_t op_overhead_ns, std::int64_t engines)
@@ -190,7 +191,10 @@ class GpuCryptoEngine {
         if (op_overhead_ns < 0) throw ParamError("ce.op_overhead_ns must be >= 0");
         if (engines < 1) throw ParamError("gpu.copy_engines must be >= 1");
     }
-    std::int64_t cryptoNs(std::int64_t bytes) const { return op_overhead_ns_ + bytesNs(bytes, rate_); }
+    std::int64_t cryptoNs(std::int64_t bytes, std::int64_t parts = 1) const {
+        if (parts < 1) parts = 1;
+        return op_overhead_ns_ + bytesNs(ceilDiv(bytes, parts), rate_);
+    }
     std::int64_t engines() const { return engines_; }
 
   private:
@@ -241,7 +245,8 @@ class BouncePool {
     std::int64_t slot_bytes_, slots_;
 };
 
-// Extra CPU time to encrypt/sign one command submission under CC, per OpKind code.
+// CPU time to encrypt one command submission under CC, per OpKind code; a host call that launches
+// several ops submits once, priced by the most expensive kind (Pricer::prepare takes the maximum).
 class SubmitCost {
   public:
     SubmitCost(std::int64_t kernel_ns, std::int64_t copy_ns, std::int64_t memset_ns, std::int64_t collective_ns)

@@ -25,9 +25,10 @@ constexpr int kCpuDecrypt = 18;    // CPU AES-GCM decrypt of one chunk out of a 
 constexpr int kPcie = 19;          // one chunk on the PCIe link of its direction
 constexpr int kCeDecrypt = 20;     // copy-engine decrypt (H2D)
 constexpr int kCeEncrypt = 21;     // copy-engine encrypt (D2H)
-constexpr int kGpuAuth = 22;       // GPU authentication of one chunk
+constexpr int kGpuAuth = 22;       // emulated GPU authentication kernel (only with the optional [auth] table)
 constexpr int kSyncWait = 23;      // zero-time marker
 constexpr int kBounceRelease = 24; // zero-time marker
+constexpr int kCpuRecrypt = 31;    // the extra CPU AES-GCM pass over client-encrypted data (baseline)
 }  // namespace kind
 
 // Which formula prices a node.
@@ -37,7 +38,8 @@ inline PricedBy pricedBy(const Graph &g, std::size_t i) {
     switch (g.kind[i]) {
     case kind::kCcSubmit: return PricedBy::Submit;
     case kind::kCpuEncrypt:
-    case kind::kCpuDecrypt: return PricedBy::CpuCrypto;
+    case kind::kCpuDecrypt:
+    case kind::kCpuRecrypt: return PricedBy::CpuCrypto;
     case kind::kPcie:
         if (g.lane[i] < 0) return PricedBy::Nothing;
         if (g.lane_type[g.lane[i]] == static_cast<std::int8_t>(LaneType::PcieH2D)) return PricedBy::PcieH2D;
@@ -62,7 +64,8 @@ struct Pricer {
     bool parallel_auth = false;
     const SubmitCost *submit = nullptr;
 
-    // Per node: the submission cost of the GPU ops it launches (LAUNCH edges from it).
+    // Per node: the cost of its one encrypted submission, the most expensive kind among the GPU ops it
+    // launches (LAUNCH edges from it): a call (a graph launch included) submits one pushbuffer segment.
     std::vector<std::int64_t> launch_cost;
 
     void prepare(const Graph &g) {
@@ -71,7 +74,10 @@ struct Pricer {
         const auto launch = static_cast<std::uint8_t>(DepKind::Launch);
         for (std::size_t i = 0; i < g.n(); ++i)
             for (std::int64_t e = g.dep_ptr[i]; e < g.dep_ptr[i + 1]; ++e)
-                if (g.dep_kind[e] == launch) launch_cost[g.dep_src[e]] += submit->submitNs(g.kind[i]);
+                if (g.dep_kind[e] == launch) {
+                    const std::int64_t c = submit->submitNs(g.kind[i]);
+                    if (c > launch_cost[g.dep_src[e]]) launch_cost[g.dep_src[e]] = c;
+                }
     }
 
     // The node's price in ns, or -1 when it is not a derived node this pricer can price.
@@ -82,8 +88,16 @@ struct Pricer {
         case PricedBy::PcieD2H: return d2h ? d2h->occupancyNs(b) : -1;
         case PricedBy::CpuCrypto:
             if (!cpu) return -1;
-            return g.kind[i] == kind::kCpuEncrypt ? cpu->encryptNs(b) : cpu->decryptNs(b);
-        case PricedBy::CopyEngine: return ce ? ce->cryptoNs(b) : -1;
+            // a re-encryption pass costs one AES-GCM pass, priced like encryption (decryption costs the same)
+            return g.kind[i] == kind::kCpuDecrypt ? cpu->decryptNs(b) : cpu->encryptNs(b);
+        case PricedBy::CopyEngine: {
+            if (!ce) return -1;
+            // a host copy's secure copy (on a per-direction secure channel, GPU_CRYPTO) is spread over every
+            // engine under parallel authentication; GPU-to-GPU CE operations (COPY_ENGINE lane) are not
+            const bool channel = g.lane[i] >= 0 &&
+                                 g.lane_type[g.lane[i]] == static_cast<std::int8_t>(LaneType::GpuCrypto);
+            return ce->cryptoNs(b, (parallel_auth && channel) ? ce->engines() : 1);
+        }
         case PricedBy::GpuAuth: return auth ? auth->authNs(b, parallel_auth) : -1;
         case PricedBy::Submit:
             // a submit node follows its launching call (its PROGRAM prerequisite)
@@ -205,8 +219,9 @@ struct H100Pricing {
                                                     p.integer("cpu_crypto.call_bytes"), p.integer("cpu_crypto.threads"));
             ce = std::make_unique<GpuCryptoEngine>(p.real("ce.crypto_gb_s"), p.integer("ce.op_overhead_ns"),
                                                    p.integer("gpu.copy_engines"));
-            auth = std::make_unique<GpuAuthEngine>(p.real("auth.serial_gb_s"), p.real("auth.parallel_gb_s_per_sm"),
-                                                   p.integer("gpu.sms"), p.integer("auth.op_overhead_ns"));
+            if (p.has("auth.serial_gb_s"))  // optional table: the emulated authentication kernel
+                auth = std::make_unique<GpuAuthEngine>(p.real("auth.serial_gb_s"), p.real("auth.parallel_gb_s_per_sm"),
+                                                       p.integer("gpu.sms"), p.integer("auth.op_overhead_ns"));
             submit = std::make_unique<SubmitCost>(p.integer("submit.kernel_ns"), p.integer("submit.copy_ns"),
                                                   p.integer("submit.memset_ns"), p.integer("submit.collective_ns"));
         } catch (const ParamError &e) {
