@@ -52,6 +52,12 @@ def model_options(func):
     return func
 
 
+def scale_option(func):
+    return click.option("--scale", "scale", multiple=True, metavar="KIND=FACTOR",
+                        help="What-if: multiply the durations of KIND (kernel, memcpy, host, collective) by FACTOR "
+                             "before the protocol (repeatable).")(func)
+
+
 def data_parallel_options(func):
     func = click.option("--data-parallel", type=int, default=None, metavar="N",
                         help="What-if: replay a single-GPU training trace as N DDP ranks (docs/multi-gpu.md).")(func)
@@ -70,18 +76,22 @@ def data_parallel_options(func):
 @click.option("--reference/--no-reference", default=True, show_default=True,
               help="Also replay under 'none' (same model) to report the slowdown.")
 @data_parallel_options
+@scale_option
 @reports_errors
-def run_command(trace, protocol, model, preset, overrides, as_json, timeline, reference, data_parallel, bucket_mb):
+def run_command(trace, protocol, model, preset, overrides, as_json, timeline, reference, data_parallel, bucket_mb,
+                scale):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from replay.run import load_graph, replay_graph
     from replay.timeline import write_timeline
+    from replay.whatif import parse_scales
 
+    scales = parse_scales(scale)
     graph, tr = load_graph(trace)
     if data_parallel is not None:  # what-if: a single-GPU training trace on N DDP ranks (docs/multi-gpu.md)
         from replay.dataparallel import data_parallel_graph
 
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, [protocol])
-    rep = replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops)
+    rep = replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
     if timeline:
         write_timeline(timeline, rep.graph, rep.schedule, protocol)
     out = rep.result.to_dict()
@@ -89,7 +99,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, re
     out["emulated"] = bool(tr.metadata.get("emulated", False))
     out["trace_source"] = {k: tr.metadata.get(k) for k in ("source_format", "gpu_model", "device_model", "trace_name")}
     if protocol not in ("captured", "none") and reference:
-        ref = replay_graph(graph, "none", model, preset, overrides, trace_ops=tr.num_ops).result
+        ref = replay_graph(graph, "none", model, preset, overrides, trace_ops=tr.num_ops, scales=scales).result
         out["reference"] = {"protocol": "none", "makespan_ns": ref.makespan_ns}
         out["slowdown_vs_none"] = round(rep.result.makespan_ns / ref.makespan_ns, 6) if ref.makespan_ns else None
     if as_json:
