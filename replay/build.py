@@ -285,19 +285,21 @@ def _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, rank,
 def _trim_blocking_halves(src_e, dst_e, kinds_e, dur, kind, rank, latency) -> None:
     """A runtime op followed by a sync op that waits for a GPU op the runtime op launched is the
     first half of a blocking call: its duration beyond the launch latency was waiting."""
+    n = dur.shape[0]
     pe = np.flatnonzero((kinds_e == DepKind.PROGRAM) & (kind[dst_e] == OpKind.SYNC)
                         & (kind[src_e] == OpKind.RUNTIME))
     if not pe.size:
         return
-    launches = {(int(s), int(d)) for s, d in zip(src_e[kinds_e == DepKind.LAUNCH].tolist(),
-                                                 dst_e[kinds_e == DepKind.LAUNCH].tolist())}
+    before = np.full(n, -1, np.int64)  # the runtime op just before each such sync op
+    before[dst_e[pe]] = src_e[pe]
+    launcher = np.full(n, -1, np.int64)
+    lm = kinds_e == DepKind.LAUNCH
+    launcher[dst_e[lm]] = src_e[lm]
     se = np.flatnonzero(kinds_e == DepKind.SYNC)
-    awaited: dict[int, list[int]] = {}
-    for s, d in zip(src_e[se].tolist(), dst_e[se].tolist()):
-        awaited.setdefault(d, []).append(s)
-    for h, y in zip(src_e[pe].tolist(), dst_e[pe].tolist()):
-        if any((h, a) in launches for a in awaited.get(y, ())):
-            dur[h] = min(int(dur[h]), int(latency.get(int(rank[h]), 0)))
+    h = before[dst_e[se]]
+    halves = np.unique(h[(h >= 0) & (launcher[src_e[se]] == h)])
+    if halves.size:
+        dur[halves] = np.minimum(dur[halves], causal.lookup(latency, rank[halves].astype(np.int64)))
 
 
 def _collective_groups(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

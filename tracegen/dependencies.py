@@ -95,6 +95,9 @@ What is derived (``docs/conventions.md``)
 * ``event``: stream waits: the op the event captured (as for event syncs) -> the first op issued
   on the waiting stream after the wait call (waiting stream unknown: the stream of the first GPU op
   the same thread launches after the wait). No edge when both streams are the same.
+* Launches blocked on a full queue (:mod:`tracegen.deps.queue`): a launching call longer than
+  100 us that returned at most 10 us after a GPU op issued before it ended is split after its
+  typical duration; the ``sync`` half depends on that GPU op.
 * ``event`` (inferred, :mod:`tracegen.deps.held`): a GPU op that started more than 20 us after
   it was ready depends on the op of another stream of its (rank, device), issued before it, that
   ended at most 10 us before it started (2 us after, for coarse timestamps).
@@ -108,7 +111,7 @@ What is derived (``docs/conventions.md``)
 
 Everything is vectorized with numpy/pandas (about 1M raw ops in a few seconds). The rules live in
 the :mod:`tracegen.deps` package, one concept per module (``raw``, ``hosts``, ``launches``,
-``streams``, ``syncs``, ``held``, ``collectives``, ``assemble``; entry :mod:`tracegen.deps.derive`); this
+``streams``, ``syncs``, ``queue``, ``held``, ``collectives``, ``assemble``; entry :mod:`tracegen.deps.derive`); this
 module is the stable import path.
 """
 
