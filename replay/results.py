@@ -6,6 +6,10 @@ is attributed to exactly one :class:`~replay.graph.Category`: a node's own time 
 the lag of the edge that led to it to the edge's category (launch latency, PCIe latency,
 bounce-slot waits, ...), and time before the first node to ``host``. The categories therefore
 add up to the makespan.
+
+Spans (makespan, per rank, per step) run from when each node was reached: its start, except for
+a blocking call, which is reached when its thread gets to it, not when the GPU work it waits for
+lets it finish (:func:`entry_times`).
 """
 
 from __future__ import annotations
