@@ -334,6 +334,32 @@ def test_real_trace_launch_lag_is_not_on_the_critical_path(qwen):
     assert d["calibration"]["launch_latency_ns"] == {"0": qwen.calibration.launch_latency_ns[0]}
 
 
+def test_real_trace_device_sync_waits_for_every_stream(tmp_path):
+    from conftest import DATA
+
+    out = tmp_path / "dlrm.parquet"
+    convert([DATA / "v100_dlrm_8rank"], out)
+    g = build_graph(read_trace(out))
+    names = [g.names[i] for i in g.name]
+    syncs = [i for i in range(g.n) if names[i] == "cudaDeviceSynchronize" and g.kind[i] == S]
+    assert len(syncs) == 8
+    s0 = schedule(g)
+    for i in syncs:
+        e = slice(g.dep_ptr[i], g.dep_ptr[i + 1])
+        awaited = g.dep_src[e][g.dep_kind[e] == DepKind.SYNC]
+        streams = {g.lane[j] for j in range(g.n) if g.rank[j] == g.rank[i] and g.kind[j] >= K
+                   and g.captured_start[j] < g.captured_start[i]}
+        assert {g.lane[a] for a in awaited} == streams and len(streams) > 1
+        # whichever stream's last op finishes last holds the sync
+        for a in awaited:
+            if g.group[a] >= 0:
+                continue  # a collective: its duration is its group's
+            dur = g.dur.copy()
+            dur[a] += s0.start[i] - s0.finish[a] + 1_000_000  # now it ends 1 ms after the sync started
+            s1 = schedule(g.replace(dur=dur))
+            assert s1.start[i] >= s1.finish[a] and s1.finish[i] > s0.finish[i]
+
+
 # --- property: monotone in every factor ---------------------------------------------------------
 
 @pytest.fixture(scope="module")
