@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from replay.engine import schedule
-    from replay.export_gem5 import write_export
+    from replay.export import write_export
+    from replay.plugins import load_exporter
     from replay.run import replay_trace
 
     trace = ensure_trace(args.ops, args.seed)
@@ -93,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         py_sched, _ = best_of(lambda: schedule(rep.graph))
         export_dir = OUT / f"gem5-export-{trace.stem}-{proto.replace(':', '_')}"
         t0 = time.perf_counter()
-        expected = write_export(export_dir, rep.graph, rep.schedule, rep.result, trace=str(trace), protocol=proto,
-                                model_info=rep.result.model)
+        expected = write_export(load_exporter("gem5"), export_dir, rep.graph, rep.schedule, rep.result,
+                                trace=str(trace), protocol=proto, model_info=rep.result.model)
         export_s = time.perf_counter() - t0
 
         def run_driver():
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         gem5_note = ""
         if args.gem5:
             t0 = time.perf_counter()
-            g = subprocess.run([args.gem5, "-q", "-d", str(export_dir / "m5out"), str(export_dir / "run_gem5.py")],
+            m5out = OUT / f"m5out-{export_dir.name}"  # not inside the export: a re-export replaces that directory
+            g = subprocess.run([args.gem5, "-q", "-d", str(m5out), str(export_dir / "run_gem5.py")],
                                capture_output=True, text=True)
             gem5_s = time.perf_counter() - t0
             line = next((ln for ln in g.stdout.splitlines() if ln.startswith("{")), "{}")

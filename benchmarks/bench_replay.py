@@ -10,8 +10,11 @@
    (interpreter start, imports, read, transform, schedule, JSON out), measuring its wall time and
    peak RSS (``/usr/bin/time -v`` when present, else ``getrusage(RUSAGE_CHILDREN)``, which is the
    peak of *all* children so far, so an upper bound).
-4. Prints one table: read time, replay time, ratio (target <= 20x), peak memory per op (target
-   < 1.5 KiB). A protocol the replay does not know (or a replay that is not installed yet) is
+4. Times each protocol's graph transform alone, in this process (the graph built once, the
+   default preset of the default model; the second of two runs, so loading compiled helpers is
+   not counted).
+5. Prints one table: read time, replay time, ratio (target <= 20x), peak memory per op (target
+   < 1.5 KiB), transform time. A protocol the replay does not know (or a replay that is not installed yet) is
    reported as unavailable, not as a crash. ``--strict`` exits 1 when a target is missed.
 """
 
@@ -115,6 +118,35 @@ def time_replay(path: Path, protocol: str, timeout: float) -> dict:
             "makespan_ns": result.get("makespan_ns"), "ops": result.get("ops")}
 
 
+def time_transforms(path: Path, protocols: list[str]) -> dict[str, str]:
+    """Seconds the transform of each protocol takes on the trace's graph ("-" for captured)."""
+    try:
+        from replay.plugins import DEFAULT_MODEL, load_model, load_protocol
+        from replay.run import load_graph
+    except ImportError as exc:
+        return {p: f"unavailable ({exc})" for p in protocols}
+    try:
+        graph, _ = load_graph(path)
+        hw = load_model(DEFAULT_MODEL).from_preset()
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return {p: f"unavailable ({type(exc).__name__})" for p in protocols}
+    out = {}
+    for proto_name in protocols:
+        if proto_name == "captured":
+            out[proto_name] = "-"
+            continue
+        try:
+            transform = load_protocol(proto_name)
+        except Exception as exc:  # noqa: BLE001 - reported in the table, like an unknown protocol for replay
+            out[proto_name] = f"unavailable ({type(exc).__name__})"
+            continue
+        transform(graph, hw)
+        t0 = time.perf_counter()
+        transform(graph, hw)
+        out[proto_name] = f"{time.perf_counter() - t0:.3f}"
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=1_000_000, help="ops in the synthetic trace (default 1000000)")
@@ -132,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     read_s = time_read(path)
     print(f"trace: {ops} ops, {path.stat().st_size / 2**20:.1f} MiB; bare read_table: {read_s:.3f} s\n")
 
-    header = ["protocol", "read s", "replay s", "ratio", "peak MiB", "B/op", "makespan ms", "status"]
+    header = ["protocol", "read s", "replay s", "ratio", "peak MiB", "B/op", "makespan ms", "status", "transform s"]
     rows, missed = [], False
     for proto in protocols:
         r = time_replay(path, proto, args.timeout)
@@ -153,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([proto, f"{read_s:.3f}", f"{r['wall']:.3f}", f"{ratio:.1f}x", f"{r['peak_bytes'] / 2**20:.0f}",
                      f"{per_op:.0f}", makespan, "ok" if not notes else "MISS: " + "; ".join(notes)])
 
+    transform_s = time_transforms(path, protocols)
+    for row in rows:
+        row.append(transform_s[row[0]])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     print("  ".join("-" * w for w in widths))

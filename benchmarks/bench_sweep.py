@@ -7,7 +7,7 @@
    ``tracegen synth random --ops 20000 --seed 0`` trace generated into ``benchmarks/out/``.
 2. A study of about ``--points`` points: the traces x protocols none, baseline, fastrack x a
    square grid of PCIe bandwidth (H2D and D2H linked) x CPU AES-GCM throughput per core.
-3. Runs it with ``replay.sweep.run_sweep`` on the local process pool (``--jobs``, default
+3. Runs it with ``replay.study.sweep.run_sweep`` on the local process pool (``--jobs``, default
    ``os.cpu_count()``) into a fresh ``benchmarks/out/bench_sweep.parquet`` and reports wall time,
    points/s, and core utilisation = CPU time of the workers (``getrusage(RUSAGE_CHILDREN)`` after
    the pool is shut down) / (wall time x workers), worker CPU time per point, and the load average
@@ -29,10 +29,12 @@ import sys
 import time
 from pathlib import Path
 
+from replay.names import NONE
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "out"
-PROTOCOLS = ["none", "baseline", "fastrack"]
+PROTOCOLS = [NONE, "baseline", "fastrack"]
 
 
 def _traces(given: list[str]) -> list[str]:
@@ -69,11 +71,12 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from replay import sweep as sw
+    from replay.study.spec import StudySpec
+    from replay.study.sweep import run_sweep
 
     traces = _traces(args.traces)
     side = max(1, math.ceil(math.sqrt(args.points / (len(traces) * len(PROTOCOLS)))))
-    spec = sw.StudySpec(traces=traces, protocols=PROTOCOLS, grid={
+    spec = StudySpec(traces=traces, protocols=PROTOCOLS, grid={
         "pcie.h2d_bandwidth_gb_s+pcie.d2h_bandwidth_gb_s": _grid(side, 8.0, 64.0),
         "cpu_crypto.core_gb_s": _grid(side, 1.0, 16.0),
     })
@@ -86,7 +89,7 @@ def main() -> None:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     self_before = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
-    rep = sw.run_sweep(spec, out, jobs=jobs, progress=None)
+    rep = run_sweep(spec, out, jobs=jobs, progress=None)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     self_after = resource.getrusage(resource.RUSAGE_SELF)

@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tracegen.costmodel import kernel_family  # noqa: E402
+from fastrack.atomic import write_text_atomic  # noqa: E402
+from tracegen.emulation.costmodel import kernel_family  # noqa: E402
 
 FAMILY_ORDER = ("gemm", "attention", "elementwise", "reduction", "memcpy/memset", "other")
 
@@ -35,7 +36,7 @@ WORKLOADS = [
     {
         "name": "Qwen1.5-0.5B (24 layers, hidden 1024), batch 16 x 559 tokens, bf16 forward (no LM head)",
         "real": "h100_qwen1.5_0.5b_chat.json.gz",
-        "script": ROOT / "benchmarks" / "capture_workloads" / "qwen_forward.py",
+        "script": ROOT / "examples" / "qwen_forward.py",
         "args": ["--batch", "16", "--seq", "559", "--iters", "2"],
         "skip": 1,
     },
@@ -112,8 +113,7 @@ def main() -> int:
     print(out)
     print(f"largest total-busy-time error: {worst:.1f}% (target: within 25%)")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(out)
+        write_text_atomic(args.out, out)
     return 0
 
 

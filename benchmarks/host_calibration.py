@@ -1,5 +1,5 @@
 """Host-side figures of the real H100 traces: the calibration of the modelled host time of
-emulated capture (``tracegen capture --host-time modelled``, ``tracegen/costmodel.py``).
+emulated capture (``tracegen capture --host-time modelled``, ``tracegen/emulation/costmodel.py``).
 
     python benchmarks/host_calibration.py [--real-dir tests/data]
 

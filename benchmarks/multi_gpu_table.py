@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fastrack_models.h100 import H100Model  # noqa: E402
+from fastrack_h100 import H100Model  # noqa: E402
 from replay.dataparallel import data_parallel  # noqa: E402
 from replay.protocols.collectives import find, messages  # noqa: E402
 from replay.run import load_graph, replay_graph  # noqa: E402

@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--executor", default="local")
     args = ap.parse_args()
     from replay.cli import main as replay_main
+    from replay.names import NONE
     from tracegen.cli import main as tracegen_main
 
     # the study's third trace: synthetic and transfer-heavy, generated here (benchmarks/out is not committed)
@@ -61,7 +62,7 @@ def main() -> None:
     df = pd.read_parquet(OUT)
     df["trace"] = df["trace"].map(lambda t: Path(t).name)
     tab = df.pivot_table(index=["trace", PCIE, CRYPTO], columns="protocol", values="slowdown").reset_index()
-    none_ms = df[df["protocol"] == "none"].set_index(["trace", PCIE, CRYPTO])["makespan_ns"] / 1e6
+    none_ms = df[df["protocol"] == NONE].set_index(["trace", PCIE, CRYPTO])["makespan_ns"] / 1e6
     tab["none (ms)"] = [none_ms.get((t, p, c)) for t, p, c in zip(tab["trace"], tab[PCIE], tab[CRYPTO])]
     cols = ["trace", PCIE, CRYPTO, "none (ms)"] + [c for c in ("baseline", "fastrack") if c in tab.columns]
     lines = ["| " + " | ".join(["trace", "PCIe GB/s", "CPU crypto GB/s/core", "none (ms)", "baseline x",

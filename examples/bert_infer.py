@@ -12,7 +12,7 @@ import argparse
 
 import torch
 
-from models import Bert, BertConfig
+from toy_models import Bert, BertConfig
 
 
 def main():

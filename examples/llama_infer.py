@@ -10,7 +10,7 @@ import dataclasses
 
 import torch
 
-from models import CONFIGS, Llama, kv_caches
+from toy_models import CONFIGS, Llama, kv_caches
 
 EOS = 2
 

@@ -11,8 +11,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-
-from models import CONFIGS, Llama
+from toy_models import CONFIGS, Llama
 
 
 def main():

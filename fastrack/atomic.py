@@ -1,9 +1,11 @@
-"""Atomic output: write to a temporary name in the target folder, rename when complete."""
+"""Atomic output: write to a temporary name in the target folder, rename when complete (a file,
+or a whole directory of files: :func:`atomic_dir`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -32,3 +34,49 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a new empty directory next to ``path``; when the block succeeds it takes the place of
+    ``path`` (an existing directory there is renamed away, the new one renamed in, the old one
+    removed), so readers see the old content or the new, never a mix. On any exception the new
+    directory (and any parent folder created for it) is removed and ``path`` is left as it was.
+    ``path`` must not exist or be a directory: anything else raises :class:`NotADirectoryError`.
+    Whether an existing directory may be replaced is the caller's decision."""
+    path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{path} exists and is not a directory")
+    missing = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for folder in reversed(missing):
+        folder.mkdir()
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent))
+    try:
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp creates 0700; outputs get the usual permissions
+        yield tmp
+        old = None
+        if path.is_dir():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old)  # onto the empty placeholder
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None:
+                os.replace(old, path)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for folder in missing:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise

@@ -11,20 +11,41 @@ import json
 import click
 
 from fastrack import __version__
-from fastrack.cli_support import LazyGroup, reports_errors
+from fastrack.cli_support import LazyGroup, fail, reports_errors
+from fastrack.errors import FastrackError
+from replay.names import CAPTURED, NONE
+from replay.options import data_parallel_options, json_option, model_options, scale_option
 from replay.report import format_summary
 
 COMMANDS = {
     "compare": "replay.compare:command",
-    "export-gem5": "replay.export_gem5:command",
-    "sweep": "replay.sweep:command",
-    "sensitivity": "replay.sensitivity:command",
-    "plot": "replay.plot:command",
+    "sweep": "replay.study.sweep:command",
+    "sensitivity": "replay.study.sensitivity:command",
+    "plot": "replay.study.plot:command",
 }
 
 
 class DefaultRunGroup(LazyGroup):
-    """Treats ``replay [OPTIONS] TRACE`` as ``replay run [OPTIONS] TRACE``."""
+    """Treats ``replay [OPTIONS] TRACE`` as ``replay run [OPTIONS] TRACE``, and adds
+    ``export-<name>`` for every installed exporter plug-in (``fastrack.exporters``, replay/export.py)."""
+
+    def list_commands(self, ctx):
+        from replay.export import COMMAND_PREFIX
+        from replay.plugins import available_exporters
+
+        return sorted(set(super().list_commands(ctx)) | {COMMAND_PREFIX + n for n in available_exporters()})
+
+    def get_command(self, ctx, name):
+        from replay.export import COMMAND_PREFIX, command_for
+        from replay.plugins import available_exporters, load_exporter
+
+        cmd = super().get_command(ctx, name)  # a command of our own wins over a plug-in's
+        if cmd is None and name.startswith(COMMAND_PREFIX) and name[len(COMMAND_PREFIX):] in available_exporters():
+            try:
+                cmd = command_for(load_exporter(name[len(COMMAND_PREFIX):]))
+            except FastrackError as exc:
+                fail(str(exc))
+        return cmd
 
     def parse_args(self, ctx, args):
         if args and args[0] not in self.list_commands(ctx) and args[0] not in ("-h", "--help", "--version"):
@@ -44,43 +65,22 @@ def main() -> None:
     """
 
 
-def model_options(func):
-    func = click.option("--model", default="h100", show_default=True, help="Hardware model plug-in name.")(func)
-    func = click.option("--preset", default=None, help="Preset name or TOML file (default: the model's default).")(func)
-    func = click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
-                        help="Override one model parameter (repeatable).")(func)
-    return func
-
-
-def scale_option(func):
-    return click.option("--scale", "scale", multiple=True, metavar="KIND=FACTOR",
-                        help="What-if: multiply the durations of KIND (kernel, memcpy, host, collective) by FACTOR "
-                             "before the protocol (repeatable).")(func)
-
-
-def data_parallel_options(func):
-    func = click.option("--data-parallel", type=int, default=None, metavar="N",
-                        help="What-if: replay a single-GPU training trace as N DDP ranks (docs/multi-gpu.md).")(func)
-    func = click.option("--bucket-mb", type=float, default=25.0, show_default=True,
-                        help="DDP gradient bucket size for --data-parallel, MB (MiB, as bucket_cap_mb).")(func)
-    return func
-
-
 @main.command("run")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--protocol", default="captured", show_default=True,
-              help="captured (measured durations), or a protocol plug-in: none, baseline, fastrack, ...")
+@click.option("--protocol", default=CAPTURED, show_default=True,
+              help=f"{CAPTURED} (measured durations), or a protocol plug-in: {NONE}, baseline, fastrack, ...")
 @model_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
+@json_option
 @click.option("--timeline", type=click.Path(dir_okay=False), help="Write a Perfetto/chrome://tracing JSON timeline.")
 @click.option("--reference/--no-reference", default=True, show_default=True,
-              help="Also replay under 'none' (same model) to report the slowdown.")
+              help=f"Also replay under '{NONE}' (same model) to report the slowdown.")
 @data_parallel_options
 @scale_option
 @reports_errors
 def run_command(trace, protocol, model, preset, overrides, as_json, timeline, reference, data_parallel, bucket_mb,
                 scale):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
+    from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
     from replay.timeline import write_timeline
     from replay.whatif import parse_scales
@@ -98,10 +98,10 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, re
     out["trace"] = str(trace)
     out["emulated"] = bool(tr.metadata.get("emulated", False))
     out["trace_source"] = {k: tr.metadata.get(k) for k in ("source_format", "gpu_model", "device_model", "trace_name")}
-    if protocol not in ("captured", "none") and reference:
-        ref = replay_graph(graph, "none", model, preset, overrides, trace_ops=tr.num_ops, scales=scales).result
-        out["reference"] = {"protocol": "none", "makespan_ns": ref.makespan_ns}
-        out["slowdown_vs_none"] = round(rep.result.makespan_ns / ref.makespan_ns, 6) if ref.makespan_ns else None
+    if protocol not in (CAPTURED, NONE) and reference:
+        ref = replay_graph(graph, NONE, model, preset, overrides, trace_ops=tr.num_ops, scales=scales).result
+        out["reference"] = {"protocol": NONE, "makespan_ns": ref.makespan_ns}
+        out["slowdown_vs_none"] = slowdown(rep.result.makespan_ns, ref.makespan_ns, JSON_DIGITS)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
     else:

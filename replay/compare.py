@@ -14,19 +14,23 @@ import click
 from fastrack.atomic import atomic_path
 from fastrack.cli_support import reports_errors
 from fastrack.errors import ConfigError
+from replay.dataparallel import DEFAULT_BUCKET_MB
 from replay.graph import Category
-from replay.cli import data_parallel_options, scale_option
+from replay.names import NONE
+from replay.options import data_parallel_options, json_option, model_options, scale_option
+from replay.plugins import DEFAULT_MODEL
 from replay.report import fmt_ns
 
-DEFAULT_PROTOCOLS = "none,baseline,fastrack"
+DEFAULT_PROTOCOLS = f"{NONE},baseline,fastrack"
 
 
-def compare(trace: str, protocols: Sequence[str], model: str = "h100", preset: str | None = None,
+def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, preset: str | None = None,
             overrides: Sequence[str] = (), data_parallel: int | None = None,
-            bucket_mb: float = 25.0, scales: Mapping[str, float] | None = None) -> dict[str, Any]:
+            bucket_mb: float = DEFAULT_BUCKET_MB, scales: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Replay ``trace`` under each protocol. Returns {'trace', 'rows': [...]} with slowdowns
     relative to ``none`` (added to the run if missing, as the reference). ``scales``: what-if
     duration factors (:mod:`replay.whatif`), the same for every protocol."""
+    from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
     from replay.whatif import check_scales
 
@@ -41,17 +45,17 @@ def compare(trace: str, protocols: Sequence[str], model: str = "h100", preset: s
 
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, protocols)
     results = {}
-    for p in dict.fromkeys(["none", *protocols]):
+    for p in dict.fromkeys([NONE, *protocols]):
         results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops,
                                   scales=scales).result.to_dict()
-    ref = results["none"]["makespan_ns"]
+    ref = results[NONE]["makespan_ns"]
     rows = []
     for p in protocols:
         r = results[p]
         rows.append({
             "protocol": p,
             "makespan_ns": r["makespan_ns"],
-            "slowdown_vs_none": round(r["makespan_ns"] / ref, 6) if ref else None,
+            "slowdown_vs_none": slowdown(r["makespan_ns"], ref, JSON_DIGITS),
             "critical_path_ns": r["critical_path_ns"],
             "nodes": r["nodes"],
         })
@@ -107,10 +111,8 @@ def plot_breakdown(d: dict[str, Any], path: str) -> None:
 @click.command("compare")
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--protocols", default=DEFAULT_PROTOCOLS, show_default=True, help="Comma-separated protocol names.")
-@click.option("--model", default="h100", show_default=True)
-@click.option("--preset", default=None)
-@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@model_options
+@json_option
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a stacked breakdown chart (PNG/SVG).")
 @data_parallel_options
 @scale_option

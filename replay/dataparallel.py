@@ -33,11 +33,14 @@ model's topology; ``cc-multi``...: encrypted messages), so ``captured`` is refus
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from fastrack.errors import ConfigError, GraphError
 from fastrack.schema import DepKind, OpKind
-from replay.graph import NO_LANE, Category, Lanes, LaneType, OpGraph, edges_by_dependent
+from replay.graph import NO_LANE, NODE_FIELDS, Category, Lanes, LaneType, OpGraph, edges_by_dependent
+from replay.names import CAPTURED
 
 GRAD_MARKER = "AccumulateGrad"
 DEFAULT_BUCKET_MB = 25.0
@@ -45,6 +48,7 @@ MB = 1 << 20  # DDP's bucket_cap_mb counts MiB
 FIRST_BUCKET_BYTES = 1 << 20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 COLLECTIVE_NAME = "nccl:all_reduce"
 NCCL_STREAM_NAME = "nccl"
+_GPU_KINDS = [int(OpKind.KERNEL), int(OpKind.MEMCPY), int(OpKind.MEMSET)]
 
 
 def gradient_markers(graph: OpGraph) -> np.ndarray:
@@ -70,8 +74,47 @@ def assign_buckets(nbytes: np.ndarray, step: np.ndarray, cap_bytes: int,
     return out
 
 
+# ------------------------------------------------------------------------------ the transform
+
+
 def data_parallel(graph: OpGraph, world: int, bucket_mb: float = DEFAULT_BUCKET_MB) -> OpGraph:
     """``graph`` (one rank) as ``world`` data-parallel ranks with bucketed gradient all-reduces."""
+    marks = _checked_markers(graph, world, bucket_mb)
+    if world == 1:
+        return graph
+    buckets = _Buckets.of(graph, marks, bucket_mb)
+    gpu = _GpuIssue.of(graph)
+    hook_waits_for = gpu.latest_before(graph.order[buckets.last_mark])
+    step_waiter = _backward_end_waiters(graph, gpu, buckets, hook_waits_for)
+
+    lanes, lane, nccl_lane = _replicated_lanes(graph, world)
+    names = graph.names + ((COLLECTIVE_NAME,) if COLLECTIVE_NAME not in graph.names else ())
+    members = _Members(graph.n, world, len(buckets))
+    columns = _node_columns(graph, world, lane, buckets, members, nccl_lane, names.index(COLLECTIVE_NAME))
+
+    edges = _Edges()
+    edges.add(_per_rank(graph.dep_src, graph.n, world), _per_rank(_edge_dependents(graph), graph.n, world),
+              np.tile(graph.dep_kind, world), np.tile(graph.dep_lag, world))
+    _add_ddp_edges(edges, graph, members, buckets, hook_waits_for, step_waiter)
+
+    src, dst, kind, lag = edges.concatenated()
+    order, ptr = edges_by_dependent(dst, world * graph.n + members.count)
+    out = OpGraph(**columns, dep_ptr=ptr, dep_src=src[order], dep_kind=kind[order], dep_lag=lag[order], lanes=lanes,
+                  names=names, kind_names=dict(graph.kind_names), rank_shift=np.zeros(world, np.int64))
+    out.validate()
+    return out
+
+
+def data_parallel_graph(graph: OpGraph, world: int, bucket_mb: float, protocols) -> OpGraph:
+    """:func:`data_parallel` for the command line: refuses ``captured`` among ``protocols``."""
+    if CAPTURED in [p.strip() for p in protocols]:
+        raise ConfigError("--data-parallel adds all-reduces that were never measured: choose a protocol that prices "
+                          "them (none, ppcie, cc-multi, ...), not 'captured'")
+    return data_parallel(graph, world, bucket_mb)
+
+
+def _checked_markers(graph: OpGraph, world: int, bucket_mb: float) -> np.ndarray:
+    """The gradient markers of a single-GPU trace without collectives (raises on anything else)."""
     if world < 1:
         raise ConfigError(f"--data-parallel must be at least 1, got {world}")
     if not bucket_mb > 0:
@@ -87,143 +130,184 @@ def data_parallel(graph: OpGraph, world: int, bucket_mb: float = DEFAULT_BUCKET_
     if marks.size == 0:
         raise GraphError(f"--data-parallel needs gradient-ready markers (cpu ops named '{GRAD_MARKER}' whose bytes "
                          "is the gradient's size, docs/conventions.md); this trace has none")
-    if world == 1:
-        return graph
-    n = graph.n
-    L = len(graph.lanes)
-    r0 = int(ranks[0])
-    cap = int(round(bucket_mb * MB))
-    bucket = assign_buckets(graph.bytes[marks], graph.step[marks], cap)
-    B = int(bucket[-1]) + 1
-    last_mark = np.zeros(B, np.int64)
-    last_mark[bucket] = marks  # marks are in readiness order: the last write per bucket wins
-    bbytes = np.bincount(bucket, weights=graph.bytes[marks], minlength=B).astype(np.int64)
+    return marks
 
-    # GPU work the hook waits for: the latest GPU op launched before the bucket's last marker
-    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.dep_ptr))
-    launch = np.flatnonzero(graph.dep_kind == DepKind.LAUNCH)
-    launcher = np.full(n, -1, np.int64)
-    launcher[dst[launch][::-1]] = graph.dep_src[launch][::-1]
-    gpu = np.flatnonzero(np.isin(graph.kind, [int(OpKind.KERNEL), int(OpKind.MEMCPY), int(OpKind.MEMSET)]))
-    issue = np.where(launcher[gpu] >= 0, graph.order[np.maximum(launcher[gpu], 0)], graph.order[gpu])
-    o = np.lexsort((gpu, issue))
-    gpu, issue = gpu[o], issue[o]
-    at = np.searchsorted(issue, graph.order[last_mark], side="right") - 1
-    produced = np.where(at >= 0, gpu[np.maximum(at, 0)], -1)
-    # after the step's last bucket: first GPU op launched after its marker on the same stream
-    step_of = graph.step[last_mark]
+
+@dataclass(frozen=True)
+class _Buckets:
+    """The DDP buckets of the trace: per bucket, the marker of its last gradient and its bytes."""
+
+    last_mark: np.ndarray  # int64 node index: the hook of this gradient launches the all-reduce
+    nbytes: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return int(self.last_mark.shape[0])
+
+    @staticmethod
+    def of(graph: OpGraph, marks: np.ndarray, bucket_mb: float) -> "_Buckets":
+        bucket = assign_buckets(graph.bytes[marks], graph.step[marks], int(round(bucket_mb * MB)))
+        count = int(bucket[-1]) + 1
+        last_mark = np.zeros(count, np.int64)
+        last_mark[bucket] = marks  # marks are in readiness order: the last write per bucket wins
+        nbytes = np.bincount(bucket, weights=graph.bytes[marks], minlength=count).astype(np.int64)
+        return _Buckets(last_mark=last_mark, nbytes=nbytes)
+
+
+def _edge_dependents(graph: OpGraph) -> np.ndarray:
+    """Dependent node of every edge (the CSR expanded)."""
+    return np.repeat(np.arange(graph.n, dtype=np.int64), np.diff(graph.dep_ptr))
+
+
+@dataclass(frozen=True)
+class _GpuIssue:
+    """The GPU ops of the trace in the order the host issued them (their launching call's start,
+    or their own start when no call launched them; ties by node index)."""
+
+    node: np.ndarray  # int64 node indices, in issue order
+    issue: np.ndarray  # int64 ns, non-decreasing
+
+    @staticmethod
+    def of(graph: OpGraph) -> "_GpuIssue":
+        dst = _edge_dependents(graph)
+        launch = np.flatnonzero(graph.dep_kind == DepKind.LAUNCH)
+        launcher = np.full(graph.n, -1, np.int64)
+        launcher[dst[launch][::-1]] = graph.dep_src[launch][::-1]  # the first LAUNCH edge of a node wins
+        gpu = np.flatnonzero(np.isin(graph.kind, _GPU_KINDS))
+        issue = np.where(launcher[gpu] >= 0, graph.order[np.maximum(launcher[gpu], 0)], graph.order[gpu])
+        o = np.lexsort((gpu, issue))
+        return _GpuIssue(node=gpu[o], issue=issue[o])
+
+    def latest_before(self, t: np.ndarray) -> np.ndarray:
+        """Per time: the last GPU op issued at or before it, or -1."""
+        at = np.searchsorted(self.issue, t, side="right") - 1
+        return np.where(at >= 0, self.node[np.maximum(at, 0)], -1)
+
+
+def _backward_end_waiters(graph: OpGraph, gpu: _GpuIssue, buckets: _Buckets, hook_waits_for: np.ndarray) -> np.ndarray:
+    """Per bucket: the GPU op that waits for it (the first one issued after a step's last bucket
+    on the stream of the work that bucket's hook waited for), or -1."""
+    step_of = graph.step[buckets.last_mark]
     last_of_step = np.r_[step_of[1:] != step_of[:-1], True]
-    waiter = np.full(B, -1, np.int64)
-    for b in np.flatnonzero(last_of_step & (produced >= 0)).tolist():
-        lane = graph.lane[produced[b]]
-        later = np.flatnonzero((issue > graph.order[last_mark[b]]) & (graph.lane[gpu] == lane))
+    waiter = np.full(len(buckets), -1, np.int64)
+    for b in np.flatnonzero(last_of_step & (hook_waits_for >= 0)).tolist():
+        stream = graph.lane[hook_waits_for[b]]
+        later = np.flatnonzero((gpu.issue > graph.order[buckets.last_mark[b]]) & (graph.lane[gpu.node] == stream))
         if later.size:
-            waiter[b] = gpu[later[0]]
-    lags = graph.dep_lag[launch]
-    launch_lag = int(np.median(lags)) if lags.size else 0
+            waiter[b] = gpu.node[later[0]]
+    return waiter
 
-    # ---- replicate the rank
-    R = world
-    off = (np.arange(R, dtype=np.int64) * n)[:, None]
-    idx = lambda a: (np.asarray(a, np.int64)[None, :] + off).ravel()  # noqa: E731
-    tile = lambda a: np.tile(a, R)  # noqa: E731
-    id_stride = int(graph.op_id.max()) + 1 if n else 1
-    lane_rank = np.repeat(np.arange(R, dtype=np.int32), L)
-    prefix = f"rank{r0}/"
-    lane_names = tuple(f"rank{r}/" + (nm[len(prefix):] if nm.startswith(prefix) else nm)
-                       for r in range(R) for nm in graph.lanes.names)
-    lanes = Lanes(rank=lane_rank, type=tile(graph.lanes.type), key=tile(graph.lanes.key),
-                  servers=tile(graph.lanes.servers), names=lane_names)
+
+def _typical_launch_lag(graph: OpGraph) -> int:
+    """Median lag of the trace's LAUNCH edges (0 without any): the hook's launch of an all-reduce."""
+    lags = graph.dep_lag[graph.dep_kind == DepKind.LAUNCH]
+    return int(np.median(lags)) if lags.size else 0
+
+
+# ------------------------------------------------------------------------------ replication
+
+
+def _per_rank(index: np.ndarray, n: int, world: int) -> np.ndarray:
+    """Node indices ``index`` of rank 0's copy, repeated for every rank (rank-major)."""
+    offset = (np.arange(world, dtype=np.int64) * n)[:, None]
+    return (np.asarray(index, np.int64)[None, :] + offset).ravel()
+
+
+def _replicated_lanes(graph: OpGraph, world: int) -> tuple[Lanes, np.ndarray, np.ndarray]:
+    """Every rank's copy of the trace's lanes plus its NCCL stream: (lanes, lane of every
+    replicated node, NCCL stream lane per rank)."""
+    n_lanes = len(graph.lanes)
+    prefix = f"rank{int(graph.rank[0])}/"
+    names = tuple(f"rank{r}/" + (nm[len(prefix):] if nm.startswith(prefix) else nm)
+                  for r in range(world) for nm in graph.lanes.names)
+    lanes = Lanes(rank=np.repeat(np.arange(world, dtype=np.int32), n_lanes), type=np.tile(graph.lanes.type, world),
+                  key=np.tile(graph.lanes.key, world), servers=np.tile(graph.lanes.servers, world), names=names)
     nccl_key = int(graph.lanes.key[graph.lanes.type == LaneType.STREAM].max(initial=0)) + 1
-    nccl_lane = np.zeros(R, np.int32)
-    for r in range(R):
+    nccl_lane = np.zeros(world, np.int32)
+    for r in range(world):
         lanes, nccl_lane[r] = lanes.add(r, LaneType.STREAM, nccl_key, f"rank{r}/{NCCL_STREAM_NAME} stream")
     lane = np.where(graph.lane >= 0, graph.lane, NO_LANE)
-    lane_all = (np.where(lane[None, :] >= 0, lane[None, :] + (np.arange(R) * L)[:, None], NO_LANE)).ravel()
+    shifted = np.where(lane[None, :] >= 0, lane[None, :] + (np.arange(world) * n_lanes)[:, None], NO_LANE)
+    return lanes, shifted.ravel(), nccl_lane
 
-    # collective members: bucket-major, rank-minor
-    mb = np.repeat(np.arange(B, dtype=np.int64), R)
-    mr = np.tile(np.arange(R, dtype=np.int64), B)
-    m_idx = R * n + np.arange(B * R, dtype=np.int64)
-    names = graph.names + ((COLLECTIVE_NAME,) if COLLECTIVE_NAME not in graph.names else ())
-    cname = names.index(COLLECTIVE_NAME)
-    anchor = last_mark[mb]
-    cat = lambda base, extra: np.concatenate([tile(base), extra]).astype(base.dtype)  # noqa: E731
-    g_op = np.concatenate([np.repeat(np.arange(R, dtype=np.int64), n) * id_stride + tile(graph.op_id),
-                           R * id_stride + np.arange(B * R, dtype=np.int64)])
-    new = dict(
-        op_id=g_op,
-        origin=cat(graph.origin, graph.origin[anchor]),
-        rank=np.concatenate([np.repeat(np.arange(R, dtype=np.int32), n), mr.astype(np.int32)]),
-        kind=cat(graph.kind, np.full(B * R, int(OpKind.COLLECTIVE), np.int8)),
-        category=cat(graph.category, np.full(B * R, int(Category.COMM), np.int8)),
-        lane=np.concatenate([lane_all, nccl_lane[mr]]).astype(np.int32),
-        dur=cat(graph.dur, np.zeros(B * R, np.int64)),
-        bytes=cat(graph.bytes, bbytes[mb]),
-        copy_dir=cat(graph.copy_dir, np.zeros(B * R, np.int8)),
-        host_mem=cat(graph.host_mem, np.zeros(B * R, np.int8)),
-        name=cat(graph.name, np.full(B * R, cname, np.int32)),
-        order=cat(graph.order, graph.order[anchor] + graph.dur[anchor]),
-        release=cat(graph.release, np.zeros(B * R, np.int64)),
-        group=cat(graph.group, mb.astype(np.int64)),
-        captured_start=cat(graph.captured_start, np.full(B * R, -1, np.int64)),
-        captured_dur=cat(graph.captured_dur, np.full(B * R, -1, np.int64)),
-        step=cat(graph.step, graph.step[anchor]),
+
+class _Members:
+    """The all-reduce nodes, appended after the replicated ranks: bucket-major, rank-minor."""
+
+    def __init__(self, n: int, world: int, buckets: int):
+        self.n, self.world, self.count = n, world, buckets * world
+        self.bucket = np.repeat(np.arange(buckets, dtype=np.int64), world)  # per member
+        self.rank = np.tile(np.arange(world, dtype=np.int64), buckets)  # per member
+        self.node = world * n + np.arange(self.count, dtype=np.int64)  # per member: its index in the output
+
+    def on_rank(self, trace_node: np.ndarray) -> np.ndarray:
+        """Per member: its rank's copy of ``trace_node`` (one entry per member; -1 stays -1)."""
+        return np.where(trace_node >= 0, self.rank * self.n + trace_node, -1)
+
+
+def _node_columns(graph: OpGraph, world: int, lane: np.ndarray, buckets: _Buckets, members: _Members,
+                  nccl_lane: np.ndarray, collective_name: int) -> dict[str, np.ndarray]:
+    """Every per-node column of the output: the ranks' copies of the trace, then the members."""
+    n, count = graph.n, members.count
+    anchor = buckets.last_mark[members.bucket]  # provenance of a member: its bucket's last gradient
+    id_stride = int(graph.op_id.max()) + 1 if n else 1
+    replicas = {f: np.tile(getattr(graph, f), world) for f in NODE_FIELDS}
+    replicas["op_id"] = np.repeat(np.arange(world, dtype=np.int64), n) * id_stride + replicas["op_id"]
+    replicas["rank"] = np.repeat(np.arange(world, dtype=np.int32), n)
+    replicas["lane"] = lane
+    added = dict(
+        op_id=world * id_stride + np.arange(count, dtype=np.int64),
+        origin=graph.origin[anchor],
+        rank=members.rank.astype(np.int32),
+        kind=np.full(count, int(OpKind.COLLECTIVE), np.int8),
+        category=np.full(count, int(Category.COMM), np.int8),
+        lane=nccl_lane[members.rank],
+        dur=np.zeros(count, np.int64),
+        bytes=buckets.nbytes[members.bucket],
+        copy_dir=np.zeros(count, np.int8),
+        host_mem=np.zeros(count, np.int8),
+        name=np.full(count, collective_name, np.int32),
+        order=graph.order[anchor] + graph.dur[anchor],
+        release=np.zeros(count, np.int64),
+        group=members.bucket,
+        captured_start=np.full(count, -1, np.int64),
+        captured_dur=np.full(count, -1, np.int64),
+        step=graph.step[anchor],
     )
-    # ---- edges: the trace's, per rank, then the DDP ones
-    e_src = [idx(graph.dep_src)]
-    e_dst = [idx(dst)]
-    e_kind = [tile(graph.dep_kind)]
-    e_lag = [tile(graph.dep_lag)]
-
-    def add(src, dst_, kind, lag):
-        src, dst_ = np.asarray(src, np.int64), np.asarray(dst_, np.int64)
-        keep = (src >= 0) & (dst_ >= 0)
-        e_src.append(src[keep])
-        e_dst.append(dst_[keep])
-        e_kind.append(np.full(int(keep.sum()), int(kind), np.uint8))
-        e_lag.append(np.broadcast_to(np.asarray(lag, np.int64), src.shape)[keep])
-
-    add(mr * n + anchor, m_idx, DepKind.LAUNCH, graph.dur[anchor] + launch_lag)
-    pb = produced[mb]
-    add(np.where(pb >= 0, mr * n + pb, -1), m_idx, DepKind.EVENT, 0)
-    nxt = np.flatnonzero(mb >= 1)
-    add(m_idx[nxt] - R, m_idx[nxt], DepKind.STREAM, 0)
-    wb = waiter[mb]
-    add(np.where(wb >= 0, m_idx, -1), np.where(wb >= 0, mr * n + wb, -1), DepKind.EVENT, 0)
-
-    src_all = np.concatenate(e_src)
-    dst_all = np.concatenate(e_dst)
-    N = R * n + B * R
-    order, ptr = edges_by_dependent(dst_all, N)
-    out = OpGraph(**new, dep_ptr=ptr, dep_src=src_all[order], dep_kind=np.concatenate(e_kind)[order],
-                  dep_lag=np.concatenate(e_lag)[order], lanes=lanes, names=names, kind_names=dict(graph.kind_names),
-                  rank_shift=np.zeros(R, np.int64))
-    out.validate()
-    return out
+    return {f: np.concatenate([replicas[f], added[f]]).astype(getattr(graph, f).dtype, copy=False)
+            for f in NODE_FIELDS}
 
 
-def data_parallel_graph(graph: OpGraph, world: int, bucket_mb: float, protocols) -> OpGraph:
-    """:func:`data_parallel` for the command line: refuses ``captured`` among ``protocols``."""
-    from replay.run import CAPTURED
+class _Edges:
+    """Edge batches (src, dst, kind, lag) collected in order; entries with src or dst < 0 are skipped."""
 
-    if CAPTURED in [p.strip() for p in protocols]:
-        raise ConfigError("--data-parallel adds all-reduces that were never measured: choose a protocol that prices "
-                          "them (none, ppcie, cc-multi, ...), not 'captured'")
-    return data_parallel(graph, world, bucket_mb)
+    def __init__(self):
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
+    def add(self, src, dst, kind, lag) -> None:
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        keep = (src >= 0) & (dst >= 0)
+        kinds = np.broadcast_to(np.asarray(kind, np.uint8), src.shape)
+        lags = np.broadcast_to(np.asarray(lag, np.int64), src.shape)
+        self._parts.append((src[keep], dst[keep], kinds[keep], lags[keep]))
 
-def replay_data_parallel(trace, world: int, bucket_mb: float = DEFAULT_BUCKET_MB, protocol: str = "none",
-                         model: str = "h100", preset: str | None = None, overrides=()):
-    """``replay_trace`` of ``trace`` turned into ``world`` data-parallel ranks (see the module doc)."""
-    from replay.run import load_graph, replay_graph
-
-    graph, tr = load_graph(trace)
-    rep = replay_graph(data_parallel_graph(graph, world, bucket_mb, [protocol]), protocol, model, preset, overrides,
-                       trace_ops=tr.num_ops)
-    rep.result.notes.append(f"data-parallel what-if: {world} rank(s), DDP buckets of {bucket_mb:g} MB")
-    return rep
+    def concatenated(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """All edges so far: (src, dst, kind, lag)."""
+        src, dst, kind, lag = zip(*self._parts)
+        return np.concatenate(src), np.concatenate(dst), np.concatenate(kind), np.concatenate(lag)
 
 
-__all__ = ["data_parallel", "data_parallel_graph", "replay_data_parallel", "gradient_markers", "assign_buckets", "GRAD_MARKER",
+def _add_ddp_edges(edges: _Edges, graph: OpGraph, members: _Members, buckets: _Buckets, hook_waits_for: np.ndarray,
+                   step_waiter: np.ndarray) -> None:
+    """The all-reduce of a bucket: launched by its last gradient's hook (after the GPU work
+    queued before it), in bucket order on the NCCL stream, waited for by the end of backward."""
+    anchor = buckets.last_mark[members.bucket]
+    edges.add(members.on_rank(anchor), members.node, DepKind.LAUNCH, graph.dur[anchor] + _typical_launch_lag(graph))
+    edges.add(members.on_rank(hook_waits_for[members.bucket]), members.node, DepKind.EVENT, 0)
+    later = np.flatnonzero(members.bucket >= 1)
+    edges.add(members.node[later] - members.world, members.node[later], DepKind.STREAM, 0)
+    waiter = step_waiter[members.bucket]
+    edges.add(np.where(waiter >= 0, members.node, -1), members.on_rank(waiter), DepKind.EVENT, 0)
+
+
+__all__ = ["data_parallel", "data_parallel_graph", "gradient_markers", "assign_buckets", "GRAD_MARKER",
            "DEFAULT_BUCKET_MB", "COLLECTIVE_NAME"]

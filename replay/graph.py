@@ -128,25 +128,30 @@ class Lanes:
         )
 
 
+def _per_node(dtype, doc: str):
+    """A per-node array field of :class:`OpGraph` (length n, ``dtype``); :data:`NODE_FIELDS` lists them."""
+    return field(metadata={"per_node": np.dtype(dtype), "doc": doc})
+
+
 @dataclass(frozen=True)
 class OpGraph:
     """An immutable dependency graph of n nodes. All arrays have length n unless noted."""
 
     # --- nodes ---
-    op_id: np.ndarray  # int64: trace op id; derived nodes get ids above the trace's maximum
-    origin: np.ndarray  # int64: op id (in the trace) of the op this node derives from (provenance)
-    rank: np.ndarray  # int32
-    kind: np.ndarray  # int8: OpKind for trace ops; protocol-defined codes >= 16 for derived nodes
-    category: np.ndarray  # int8: Category
-    lane: np.ndarray  # int32: index into lanes, or NO_LANE for nodes that occupy no server
-    dur: np.ndarray  # int64 ns: time the node occupies its server once started
-    bytes: np.ndarray  # int64
-    copy_dir: np.ndarray  # int8: CopyDir
-    host_mem: np.ndarray  # int8: HostMem
-    name: np.ndarray  # int32: index into names
-    order: np.ndarray  # int64: priority among ready nodes (captured start, ns); ties by index
-    release: np.ndarray  # int64 ns: earliest start (used for nodes without deps: their captured start)
-    group: np.ndarray  # int64: barrier group id (collective instance) or -1
+    op_id: np.ndarray = _per_node(np.int64, "trace op id; derived nodes get ids above the trace's maximum")
+    origin: np.ndarray = _per_node(np.int64, "op id (in the trace) of the op this node derives from (provenance)")
+    rank: np.ndarray = _per_node(np.int32, "rank (GPU process) the node belongs to")
+    kind: np.ndarray = _per_node(np.int8, "OpKind for trace ops; protocol-defined codes >= 16 for derived nodes")
+    category: np.ndarray = _per_node(np.int8, "Category")
+    lane: np.ndarray = _per_node(np.int32, "index into lanes, or NO_LANE for nodes that occupy no server")
+    dur: np.ndarray = _per_node(np.int64, "ns: time the node occupies its server once started")
+    bytes: np.ndarray = _per_node(np.int64, "bytes moved or touched")
+    copy_dir: np.ndarray = _per_node(np.int8, "CopyDir")
+    host_mem: np.ndarray = _per_node(np.int8, "HostMem")
+    name: np.ndarray = _per_node(np.int32, "index into names")
+    order: np.ndarray = _per_node(np.int64, "priority among ready nodes (captured start, ns); ties by index")
+    release: np.ndarray = _per_node(np.int64, "ns: earliest start (nodes without deps: their captured start)")
+    group: np.ndarray = _per_node(np.int64, "barrier group id (collective instance) or -1")
     # --- edges (CSR by dependent node) ---
     dep_ptr: np.ndarray  # int64, length n+1
     dep_src: np.ndarray  # int64, node index of the prerequisite
@@ -156,9 +161,9 @@ class OpGraph:
     lanes: Lanes
     names: tuple[str, ...]
     # --- what was measured (for fidelity checks), per node; -1 for derived nodes ---
-    captured_start: np.ndarray  # int64
-    captured_dur: np.ndarray  # int64
-    step: np.ndarray  # int32
+    captured_start: np.ndarray = _per_node(np.int64, "ns: measured start, -1 for derived nodes")
+    captured_dur: np.ndarray = _per_node(np.int64, "ns: measured duration, -1 for derived nodes")
+    step: np.ndarray = _per_node(np.int32, "profiler step, -1 when unknown")
     kind_names: dict[int, str] = field(default_factory=dict)  # labels of derived kinds
     # offset (ns) added to each rank's measured clock to align ranks on their collectives
     rank_shift: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
@@ -195,8 +200,7 @@ class OpGraph:
     def validate(self) -> None:
         """Structural checks; raise GraphError naming the first offending node."""
         n = self.n
-        for arr_name in ("op_id", "origin", "rank", "kind", "category", "lane", "dur", "bytes", "copy_dir",
-                         "host_mem", "name", "order", "release", "group", "captured_start", "captured_dur", "step"):
+        for arr_name in NODE_FIELDS:
             if getattr(self, arr_name).shape[0] != n:
                 raise GraphError(f"graph array '{arr_name}' has {getattr(self, arr_name).shape[0]} entries, expected {n}")
         if self.dep_ptr.shape[0] != n + 1 or self.dep_ptr[-1] != self.dep_src.shape[0]:
@@ -209,6 +213,13 @@ class OpGraph:
         bad = np.flatnonzero((self.lane < NO_LANE) | (self.lane >= len(self.lanes)))
         if bad.size:
             raise GraphError(f"{self.node_label(int(bad[0]))} is on lane {int(self.lane[bad[0]])}, which does not exist")
+
+
+# The per-node arrays of OpGraph, in declaration order, and their dtypes: the one list that graph
+# editors, transforms and test helpers iterate over (a new per-node field is declared only above).
+NODE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(OpGraph) if "per_node" in f.metadata)
+NODE_DTYPES: dict[str, np.dtype] = {f.name: f.metadata["per_node"] for f in dataclasses.fields(OpGraph)
+                                    if "per_node" in f.metadata}
 
 
 def edges_by_dependent(dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,13 @@ plus ``--set section.key=value`` overrides, validated by :mod:`replay.config`, a
 * the bounce-buffer pool geometry (slot size, slot count) and how many CPU threads do crypto;
 * which transfers carry data that is already encrypted end to end (``direct_eligible``);
 * :meth:`~HardwareModel.add_lanes`: the resource lanes (PCIe per direction, copy engines, GPU
-  authentication, CPU crypto workers) for every rank of a graph, created once (idempotent).
+  authentication, CPU crypto workers) for every rank of a graph, created once (idempotent);
+* optionally, the multi-GPU half: GPU-to-GPU link prices (:meth:`~HardwareModel.link_ns`,
+  :meth:`~HardwareModel.link_latency_ns`, :meth:`~HardwareModel.link_gb_s`), the default
+  all-reduce algorithm, the key-rotation stall of the secure channels and the crypto page. A
+  model that overrides the three link prices has :attr:`~HardwareModel.prices_links`; one that
+  does not replays collectives with their traced durations, and the encrypted multi-GPU
+  protocols refuse it.
 
 A third-party model (say, Blackwell) subclasses :class:`HardwareModel` in its own package, ships
 TOML presets next to it and registers the class under the ``fastrack.models`` entry-point group;
@@ -34,6 +40,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 
 import numpy as np
 
+from fastrack.errors import PluginError
 from fastrack.schema import CopyDir, HostMem, OpKind
 from replay import config
 from replay.graph import NO_LANE, LaneType, OpGraph
@@ -221,6 +228,45 @@ class HardwareModel(abc.ABC):
     def direct_eligible(self, copy_dir: Any, host_mem: Any, nbytes: Any) -> np.ndarray:
         """bool per copy: does it carry data already encrypted end to end (see :class:`DirectParams`)?"""
 
+    # ------------------------------------------------------------------- GPU-to-GPU (multi-GPU)
+    # Optional: a single-GPU model leaves these alone. Override the three link prices together;
+    # the encrypted multi-GPU protocols also need key_rotation_ns and crypto_page_bytes.
+
+    @property
+    def prices_links(self) -> bool:
+        """Does this model price GPU-to-GPU links (does it override every one of :data:`LINK_METHODS`)?"""
+        return all(getattr(type(self), m) is not getattr(HardwareModel, m) for m in LINK_METHODS)
+
+    def link_gb_s(self, n_gpus: int) -> float:
+        """Bandwidth per GPU and direction of the bottleneck link of a ring of ``n_gpus`` GPUs (GB/s)."""
+        raise self._not_priced("link_gb_s")
+
+    def link_latency_ns(self, n_gpus: int) -> int:
+        """Latency of one step (one hop) of a ring of ``n_gpus`` GPUs."""
+        raise self._not_priced("link_latency_ns")
+
+    def link_ns(self, nbytes: Any, n_gpus: int) -> NsArray:
+        """Plaintext link occupancy of ``nbytes`` sent by one GPU of a ring of ``n_gpus`` (no latency)."""
+        raise self._not_priced("link_ns")
+
+    @property
+    def default_allreduce(self) -> str:
+        """All-reduce algorithm (``ring`` or ``tree``) of collectives whose kernel name does not say."""
+        return "ring"
+
+    def key_rotation_ns(self, nbytes: Any, invocations: Any) -> NsArray:
+        """Expected key-rotation stall charged to a GPU-to-GPU message of ``nbytes`` encrypted in
+        ``invocations`` AES-GCM operations (one IV each)."""
+        raise self._not_priced("key_rotation_ns")
+
+    @property
+    def crypto_page_bytes(self) -> int:
+        """Bytes per AES-GCM page of encrypted GPU-to-GPU staging: one IV and one tag each."""
+        raise self._not_priced("crypto_page_bytes")
+
+    def _not_priced(self, what: str) -> PluginError:
+        return PluginError(f"hardware model '{self.name}' does not price GPU-to-GPU communication ({what})")
+
     # ------------------------------------------------------------------------------------ lanes
     @abc.abstractmethod
     def lane_specs(self) -> list[tuple[LaneType, str, int]]:
@@ -262,5 +308,7 @@ class HardwareModel(abc.ABC):
 
 
 SUBMITTING_KINDS = (OpKind.KERNEL, OpKind.MEMCPY, OpKind.MEMSET, OpKind.COLLECTIVE)
+# The GPU-to-GPU link prices a multi-GPU model overrides (see HardwareModel.prices_links).
+LINK_METHODS = ("link_gb_s", "link_latency_ns", "link_ns")
 
-__all__ = ["HardwareModel", "DirectParams", "direct_rule", "bytes_ns", "ceil_div", "SUBMITTING_KINDS"]
+__all__ = ["HardwareModel", "DirectParams", "direct_rule", "bytes_ns", "ceil_div", "SUBMITTING_KINDS", "LINK_METHODS"]

@@ -3,7 +3,10 @@
 * group ``fastrack.models``: ``name = "package.module:ModelClass"`` (a subclass of
   :class:`replay.model.HardwareModel`);
 * group ``fastrack.protocols``: ``name = "package.module:OBJECT"``, a protocol object (callable
-  ``(graph, model) -> graph``, see :class:`replay.protocols.Protocol`) or a class building one.
+  ``(graph, model) -> graph``, see :class:`replay.protocols.Protocol`) or a class building one;
+* group ``fastrack.exporters``: ``name = "package.module:OBJECT"``, an
+  :class:`replay.exporter.Exporter` (or a class building one); it becomes the command
+  ``replay export-<name>``.
 
 Any installed distribution may add entries (``[project.entry-points."fastrack.models"]`` in its
 pyproject.toml); names are unique across distributions. Unknown names raise
@@ -19,7 +22,9 @@ from typing import Any
 from fastrack.errors import PluginError
 
 MODELS_GROUP = "fastrack.models"
+DEFAULT_MODEL = "h100"  # the model every command uses unless told otherwise (shipped with Fastrack)
 PROTOCOLS_GROUP = "fastrack.protocols"
+EXPORTERS_GROUP = "fastrack.exporters"
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,6 +41,11 @@ def available_models() -> list[str]:
 def available_protocols() -> list[str]:
     """Names of the installed protocols, sorted."""
     return sorted(_entries(PROTOCOLS_GROUP))
+
+
+def available_exporters() -> list[str]:
+    """Names of the installed exporters, sorted (each is the command ``replay export-<name>``)."""
+    return sorted(_entries(EXPORTERS_GROUP))
 
 
 def _load(group: str, what: str, name: str) -> Any:
@@ -72,5 +82,17 @@ def load_protocol(name: str):
     return obj
 
 
-__all__ = ["available_models", "available_protocols", "load_model", "load_protocol", "MODELS_GROUP",
-           "PROTOCOLS_GROUP"]
+def load_exporter(name: str):
+    """The exporter registered as ``name`` (a :class:`replay.exporter.Exporter`)."""
+    from replay.exporter import Exporter
+
+    obj = _load(EXPORTERS_GROUP, "exporter", name)
+    if isinstance(obj, type) and issubclass(obj, Exporter):
+        obj = obj()
+    if not isinstance(obj, Exporter):
+        raise PluginError(f"exporter '{name}' is {obj!r}, not a replay.exporter.Exporter")
+    return obj
+
+
+__all__ = ["available_exporters", "available_models", "available_protocols", "load_exporter", "load_model",
+           "load_protocol", "DEFAULT_MODEL", "EXPORTERS_GROUP", "MODELS_GROUP", "PROTOCOLS_GROUP"]

@@ -27,7 +27,8 @@ def format_summary(d: dict[str, Any]) -> str:
     if d.get("emulated"):
         lines.append("note: the trace was captured on an emulated GPU: kernel and host times come from a cost model")
     if d.get("slowdown_vs_none") is not None:
-        lines.append(f"slowdown   {d['slowdown_vs_none']:.3f}x vs no TEE ('none': {fmt_ns(d['reference']['makespan_ns'])},"
+        lines.append(f"slowdown   {d['slowdown_vs_none']:.3f}x vs no TEE ('{d['reference']['protocol']}': "
+                     f"{fmt_ns(d['reference']['makespan_ns'])},"
                      f" same model and preset)")
     if len(d["per_rank"]) > 1:
         lines.append("per rank:")

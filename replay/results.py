@@ -35,6 +35,8 @@ EDGE_CATEGORY = {
     DepKind.RESOURCE: Category.BOUNCE_WAIT,
 }
 
+JSON_DIGITS = 6  # ratios in the JSON reports (error_vs_captured, slowdown_vs_none) are rounded to this
+
 
 @dataclass
 class RankSpan:
@@ -88,7 +90,25 @@ class ReplayResult:
 
 
 def _rel(value: int, ref: int) -> float | None:
-    return None if ref <= 0 else round((value - ref) / ref, 6)
+    return None if ref <= 0 else round((value - ref) / ref, JSON_DIGITS)
+
+
+def slowdown(makespan_ns, reference_ns, digits: int | None = None):
+    """Makespan relative to the reference replay (protocol ``none``, same trace, model, preset and
+    parameters): 1.0 means the protocol costs nothing. Rounded to ``digits`` when given (each
+    output picks its own: :data:`JSON_DIGITS` for the JSON reports, more in the study table).
+
+    On plain numbers: ``None`` when there is no reference (missing or zero makespan). On numpy or
+    pandas columns: element-wise, NaN where the reference is missing (inf where it is zero).
+    """
+    if np.ndim(reference_ns) == 0:
+        if not reference_ns:
+            return None
+        ratio = makespan_ns / reference_ns
+        return ratio if digits is None else round(ratio, digits)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = makespan_ns / reference_ns
+    return ratio if digits is None else ratio.round(digits)
 
 
 def entry_times(graph: OpGraph, sched: Schedule) -> np.ndarray:

@@ -12,12 +12,13 @@ from typing import Mapping, Sequence
 
 from fastrack.traceio import Trace, read_trace
 from replay.build import build_graph
+from replay.dataparallel import DEFAULT_BUCKET_MB, data_parallel_graph
 from replay.engine import Schedule, schedule
 from replay.graph import OpGraph
+from replay.names import CAPTURED, NONE
+from replay.plugins import DEFAULT_MODEL
 from replay.results import ReplayResult, summarize
 from replay.whatif import check_scales, describe, scale_durations
-
-CAPTURED = "captured"
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Replay:
     schedule: Schedule
 
 
-def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = "h100", preset: str | None = None,
+def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
                  overrides: Sequence[str] = (), trace_ops: int | None = None,
                  scales: Mapping[str, float] | None = None) -> Replay:
     """Replay an already built graph (lets sweeps build a trace's graph once). ``scales``
@@ -65,8 +66,19 @@ def load_graph(trace: str | os.PathLike | Trace) -> tuple[OpGraph, Trace]:
     return build_graph(trace), trace
 
 
-def replay_trace(trace: str | os.PathLike | Trace, protocol: str = CAPTURED, model: str = "h100",
+def replay_trace(trace: str | os.PathLike | Trace, protocol: str = CAPTURED, model: str = DEFAULT_MODEL,
                  preset: str | None = None, overrides: Sequence[str] = (),
                  scales: Mapping[str, float] | None = None) -> Replay:
     graph, tr = load_graph(trace)
     return replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
+
+
+def replay_data_parallel(trace: str | os.PathLike | Trace, world: int, bucket_mb: float = DEFAULT_BUCKET_MB,
+                         protocol: str = NONE, model: str = DEFAULT_MODEL, preset: str | None = None,
+                         overrides: Sequence[str] = ()) -> Replay:
+    """:func:`replay_trace` of ``trace`` turned into ``world`` data-parallel ranks (:mod:`replay.dataparallel`)."""
+    graph, tr = load_graph(trace)
+    rep = replay_graph(data_parallel_graph(graph, world, bucket_mb, [protocol]), protocol, model, preset, overrides,
+                       trace_ops=tr.num_ops)
+    rep.result.notes.append(f"data-parallel what-if: {world} rank(s), DDP buckets of {bucket_mb:g} MB")
+    return rep

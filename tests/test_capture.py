@@ -2,6 +2,7 @@
 file, bad inputs, and the shipped traces."""
 
 import gzip
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -217,6 +218,65 @@ def test_missing_script(tmp_path):
     assert res.exit_code == 2 and "no such script" in res.output
 
 
+# ----------------------------------------------------------------------------- output paths
+
+TINY = "import pathlib, torch\npathlib.Path('ran.txt').touch()\ntorch.ones(3, device='cuda') * 2\n"
+
+
+def _one_line_refusal(res, *words):
+    assert res.exit_code == 2, (res.output, res.exception)
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    for w in words:
+        assert w in err, err
+
+
+def test_default_output_is_the_current_directory(emu, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "traces").mkdir()  # a traces/ folder here is not where the default goes
+    res = CliRunner().invoke(tracegen_main, ["capture", str(_script(tmp_path / "traces", TINY, "w.py"))])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "w.parquet").is_file()
+    assert not (tmp_path / "traces" / "w.parquet").exists()
+
+
+def test_existing_output_needs_overwrite_and_is_checked_before_running(emu, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = _script(tmp_path, TINY, "w.py")
+    out = tmp_path / "w.parquet"
+    out.write_bytes(b"keep me")
+    res = CliRunner().invoke(tracegen_main, ["capture", str(script)])
+    _one_line_refusal(res, "w.parquet", "--overwrite")
+    assert out.read_bytes() == b"keep me" and not (tmp_path / "ran.txt").exists()  # the script never ran
+    res = CliRunner().invoke(tracegen_main, ["capture", "--overwrite", str(script)])
+    assert res.exit_code == 0, res.output
+    assert read_trace(out).num_ops > 0 and (tmp_path / "ran.txt").exists()
+
+
+@pytest.mark.parametrize("what", ["devnull", "symlink", "script"])
+def test_output_refused_even_with_overwrite(emu, tmp_path, monkeypatch, what):
+    monkeypatch.chdir(tmp_path)
+    script = _script(tmp_path, TINY, "w.py")
+    target = tmp_path / "target.parquet"
+    target.write_bytes(b"keep me")
+    out = {"devnull": Path(os.devnull), "symlink": tmp_path / "link.parquet", "script": script}[what]
+    if what == "symlink":
+        out.symlink_to(target)
+    res = CliRunner().invoke(tracegen_main, ["capture", "--overwrite", "-o", str(out), str(script)])
+    _one_line_refusal(res, str(out))
+    assert target.read_bytes() == b"keep me" and not (tmp_path / "ran.txt").exists()
+    assert script.read_text() == TINY
+
+
+def test_script_that_is_not_a_regular_file(tmp_path):
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)  # never opened: refused from its file type
+    _one_line_refusal(CliRunner().invoke(tracegen_main, ["capture", "-o", str(tmp_path / "o.parquet"), str(fifo)]),
+                      "pipe.py", "FIFO")
+    _one_line_refusal(CliRunner().invoke(tracegen_main, ["capture", "-o", str(tmp_path / "o.parquet"), str(tmp_path)]),
+                      "directory")
+
+
 def test_script_that_raises(emu, tmp_path):
     script = _script(tmp_path, """
     import torch
@@ -355,7 +415,7 @@ def _host_ops(df):
 
 def test_modelled_host_time_is_the_named_costs(emu, tmp_path):
     """Three known ops: each host op lasts exactly its modelled cost (costmodel.H100_SXM)."""
-    from tracegen.costmodel import H100_SXM as S
+    from tracegen.emulation.costmodel import H100_SXM as S
 
     body = """
     import torch
@@ -380,7 +440,7 @@ def test_modelled_host_time_is_the_named_costs(emu, tmp_path):
 def test_modelled_module_call_copy_and_sync(emu, tmp_path):
     """A module call, a blocking pageable H2D copy and a .item(): Python per module call,
     cudaMemcpyAsync call cost, and a sync that returns sync_return_ns after the copy ends."""
-    from tracegen.costmodel import H100_SXM as S
+    from tracegen.emulation.costmodel import H100_SXM as S
 
     body = """
     import torch

@@ -22,7 +22,7 @@ from replay.run import replay_graph, replay_trace
 from replay.whatif import SCALE_KINDS, scale_durations
 from tracefactory import op, write
 from tracegen.convert import convert
-from tracegen.dependencies import derive_dependencies
+from tracegen.deps import derive_dependencies
 
 K, R, S, C = OpKind.KERNEL, OpKind.RUNTIME, OpKind.SYNC, OpKind.CPU
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
+import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -135,19 +136,35 @@ def test_metadata_secrets_do_not_leak(tmp_path):
 
 
 def test_sqlite_input_routes_to_nsys(tmp_path, monkeypatch):
+    """Detection picks the importer from the format table by the file's first bytes."""
+    from tracegen.importers import FORMATS, Importer
+
     db = tmp_path / "prof.sqlite"
     db.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
-    real_import = importlib.import_module
+    seen = []
 
-    def fake_import(name, *a, **kw):
-        if name == "tracegen.importers.nsys":
-            raise ModuleNotFoundError("No module named 'tracegen.importers.nsys'", name=name)
-        return real_import(name, *a, **kw)
+    def read(paths):
+        seen.append(list(paths))
+        return FORMATS["kineto"].read([TINY])
 
-    monkeypatch.setattr(importlib, "import_module", fake_import)
+    monkeypatch.setitem(FORMATS, "nsys", Importer(FORMATS["nsys"].sniff, read))
     res = run("convert", db, "-o", tmp_path / "o.parquet")
-    assert res.exit_code == 2
-    assert "prof.sqlite" in res.stderr and "tracegen.importers.nsys" in res.stderr
+    assert res.exit_code == 0, res.output
+    assert seen == [[str(db)]]
+
+
+def test_format_choices_are_the_format_table():
+    from tracegen.convert import FORMATS_CHOICES
+    from tracegen.importers import FORMATS
+
+    assert FORMATS_CHOICES == ("auto", *FORMATS)
+
+
+def test_detect_format():
+    from tracegen.convert import detect_format
+
+    assert detect_format(str(TINY)) == "kineto"
+    assert detect_format(str(DATA / "v100_dlrm_8rank")) == "kineto"
 
 
 def test_mixed_formats_error(tmp_path):
@@ -155,3 +172,80 @@ def test_mixed_formats_error(tmp_path):
     db.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
     res = run("convert", TINY, db, "-o", tmp_path / "o.parquet")
     assert res.exit_code == 2 and "mix" in res.stderr
+
+
+# --------------------------------------------------------------------------- output and input paths
+
+
+def _one_line(res, *words):
+    assert res.exit_code == 2, (res.output, res.exception)
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def test_existing_output_needs_overwrite(tmp_path):
+    out = tmp_path / "o.parquet"
+    out.write_bytes(b"keep me")
+    _one_line(run("convert", TINY, "-o", out), "o.parquet", "--overwrite")
+    assert out.read_bytes() == b"keep me"
+    res = run("convert", TINY, "-o", out, "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert read_trace(out).num_ops == 29
+
+
+@pytest.mark.parametrize("what", ["devnull", "symlink", "directory", "fifo"])
+def test_output_that_is_not_a_regular_file_is_refused_even_with_overwrite(tmp_path, what):
+    target = tmp_path / "target.parquet"
+    target.write_bytes(b"keep me")
+    out = tmp_path / "o.parquet"
+    if what == "devnull":
+        out = Path(os.devnull)
+    elif what == "symlink":
+        out.symlink_to(target)
+    elif what == "directory":
+        out.mkdir()
+    else:
+        os.mkfifo(out)
+    _one_line(run("convert", TINY, "-o", out, "--overwrite"), str(out))
+    assert target.read_bytes() == b"keep me"
+    if what == "symlink":
+        assert out.is_symlink()
+    assert not list(tmp_path.glob(".*.part"))
+
+
+def test_output_same_as_input_is_refused_even_with_overwrite(tmp_path):
+    src = tmp_path / "in.json.gz"
+    shutil.copy(TINY, src)
+    before = src.read_bytes()
+    _one_line(run("convert", src, "-o", src, "--overwrite"), "in.json.gz", "same file")
+    link = tmp_path / "alias.json.gz"
+    os.link(src, link)  # a hard link is the same file under another name
+    _one_line(run("convert", src, "-o", link, "--overwrite"), "alias.json.gz", "same file")
+    assert src.read_bytes() == before
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    """A FIFO with a writer waiting in a thread: a reader that wrongly opens it gets an empty
+    stream (and the test fails) instead of blocking forever."""
+    path = tmp_path / "pipe.json"
+    os.mkfifo(path)
+    writer = threading.Thread(target=lambda: os.close(os.open(path, os.O_WRONLY)), daemon=True)
+    writer.start()
+    yield path
+    os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))  # release the writer if nobody read
+    writer.join(5)
+
+
+def test_fifo_input_is_refused_not_read(tmp_path, fifo):
+    out = tmp_path / "o.parquet"
+    for fmt in ("auto", "kineto", "nsys"):
+        _one_line(run("convert", fifo, "-o", out, "--format", fmt), "pipe.json", "FIFO")
+    assert not out.exists()
+
+
+def test_device_input_is_refused(tmp_path):
+    _one_line(run("convert", os.devnull, "-o", tmp_path / "o.parquet"), os.devnull, "device")

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from fastrack.errors import ConfigError
-from tracegen import costmodel as cm
-from tracegen.costmodel import H100_PCIE, H100_SXM, TensorInfo
+from tracegen.emulation import costmodel as cm
+from tracegen.emulation.costmodel import H100_PCIE, H100_SXM, TensorInfo
 
 S = H100_SXM
 

@@ -12,7 +12,7 @@ import pytest
 from fastrack.errors import TraceFormatError
 from fastrack.schema import DepKind, OpKind
 from fastrack.traceio import validate_table
-from tracegen.dependencies import derive_dependencies
+from tracegen.deps import derive_dependencies
 from tracegen.importers.kineto import import_kineto
 
 DATA = Path(__file__).resolve().parent / "data"

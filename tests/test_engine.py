@@ -6,36 +6,9 @@ from hypothesis import given, settings, strategies as st
 
 from fastrack.errors import GraphError
 from fastrack.schema import DepKind
+from graphs import graph
 from replay.engine import schedule
-from replay.graph import Lanes, OpGraph
 from replay.results import critical_path
-
-
-def graph(durs, deps=(), lanes=None, servers=None, release=None, order=None, group=None):
-    """deps: list of (src, dst, kind, lag)."""
-    n = len(durs)
-    deps = sorted(deps, key=lambda e: e[1])
-    ptr = np.zeros(n + 1, np.int64)
-    for _, d, _, _ in deps:
-        ptr[d + 1] += 1
-    ptr = np.cumsum(ptr)
-    lane = np.array(lanes if lanes is not None else [-1] * n, np.int32)
-    nl = int(lane.max()) + 1 if n else 0
-    srv = np.array(servers or [1] * nl, np.int32)
-    z = np.zeros(n, np.int64)
-    return OpGraph(
-        op_id=np.arange(n), origin=np.arange(n), rank=np.zeros(n, np.int32), kind=np.full(n, 3, np.int8),
-        category=np.zeros(n, np.int8), lane=lane, dur=np.array(durs, np.int64), bytes=z.copy(),
-        copy_dir=np.zeros(n, np.int8), host_mem=np.zeros(n, np.int8), name=np.zeros(n, np.int32),
-        order=np.array(order if order is not None else range(n), np.int64),
-        release=np.array(release if release is not None else [0] * n, np.int64),
-        group=np.array(group if group is not None else [-1] * n, np.int64),
-        dep_ptr=ptr, dep_src=np.array([e[0] for e in deps], np.int64),
-        dep_kind=np.array([int(e[2]) for e in deps], np.uint8), dep_lag=np.array([e[3] for e in deps], np.int64),
-        lanes=Lanes(rank=np.zeros(nl, np.int32), type=np.zeros(nl, np.int8), key=np.arange(nl),
-                    servers=srv, names=tuple(f"lane{i}" for i in range(nl))),
-        names=("x",), captured_start=z.copy(), captured_dur=z.copy(), step=np.full(n, -1, np.int32),
-    )
 
 
 F = DepKind.SYNC  # any finish-to-start kind

@@ -1,14 +1,18 @@
-"""The gem5 export and the gem5-free C++ core (models/h100/cpp) against the Python replay.
+"""The gem5 export (``replay export-gem5``: replay/export.py, the H100 plug-in's
+fastrack_h100/gem5export.py) and the gem5-free C++ core (models/h100/cpp) against the Python replay.
 
 The C++ driver must give the same integer-ns results as replay.engine / replay.results: the
 makespan, per-rank makespans, per-lane busy time, and, node by node, start, finish, the binding
 prerequisite and the visiting order. Inputs: hand-made traces, random graphs exercising every
 engine rule (multi-server lanes, barrier groups, launch edges, negative stream lags, release
-times, tied order keys), seeded synthetic traces for every available protocol, and the traces in
-traces/ when present. The C++ pricing formulas are compared with the Python model on many values.
+times, tied order keys), seeded synthetic traces for every available protocol, and the real
+Kineto traces of tests/data, converted here. The C++ pricing formulas are compared with the
+Python model on many values.
 
-The core is compiled once per session into a temporary directory with -Wall -Wextra -Werror;
-the tests skip (saying so) only when no C++ compiler exists.
+The core is compiled once per session into a temporary directory with -Wall -Wextra -Werror
+(about 5 s): every test that needs it is marked slow (CI's second pass). They skip (saying so)
+only when no C++ compiler exists. The generated gem5 configuration runs here against a stand-in
+``m5`` package (M5_STUB below) that records the SimObjects it is given, since CI has no gem5.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -25,11 +30,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fastrack.errors import ConfigError
 from fastrack.schema import DepKind
+from fastrack_h100 import gem5export
+from fastrack_h100.gem5export import GEM5, SUPPORTED_PROTOCOLS, check_params
+from replay import export as replay_export
 from replay.engine import schedule
-from replay.export_gem5 import (END_MAGIC, HEADER_BYTES, SUPPORTED_PROTOCOLS, read_schedule, write_export,
-                                write_graph)
 from replay.graph import Lanes, OpGraph
+from replay.graphfile import END_MAGIC, HEADER_BYTES, read_schedule, write_graph
 from replay.results import summarize
 from replay.run import replay_trace
 from test_build import launch_trace, two_rank_collective
@@ -37,8 +45,15 @@ from tracefactory import write
 
 ROOT = Path(__file__).resolve().parent.parent
 CPP = ROOT / "models" / "h100" / "cpp"
-TRACES = ROOT / "traces"
+DATA = Path(__file__).resolve().parent / "data"
+# real traces (tests/data, see SOURCES.md), converted by the tests: fixed inputs, whatever sits in traces/
+REAL_TRACES = ("h100_bert_small_uncased.json.gz", "h100_qwen1.5_0.5b_chat.json.gz", "v100_dlrm_8rank")
 WARN = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wshadow", "-Wconversion", "-Wno-sign-conversion"]
+
+
+def write_export(out_dir, graph, sched, result, **kw) -> dict:
+    """The gem5 export of an already replayed graph (what ``replay export-gem5`` writes)."""
+    return replay_export.write_export(GEM5, out_dir, graph, sched, result, **kw)
 
 
 def _compiler() -> str | None:
@@ -185,6 +200,7 @@ def random_graph(seed: int, n: int = 300) -> OpGraph:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(40))
 def test_random_graphs_schedule_identically(core, tmp_path, seed):
     g = random_graph(seed, n=int(np.random.default_rng(seed).integers(1, 400)))
@@ -198,6 +214,7 @@ def test_random_graphs_schedule_identically(core, tmp_path, seed):
 # traces: hand-made, synthetic, real
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ops", [launch_trace, two_rank_collective], ids=["launch", "collective"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_hand_made_traces(core, tmp_path, ops, protocol):
@@ -217,6 +234,7 @@ def synth(tmp_path: Path, ops: int, seed: int, ranks: int = 1) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed,ranks", [(1, 1), (2, 2), (3, 1), (4, 3)])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_synthetic_traces(core, tmp_path, seed, ranks, protocol):
@@ -225,6 +243,7 @@ def test_synthetic_traces(core, tmp_path, seed, ranks, protocol):
     assert_same(core, out, rep.graph, rep.schedule, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["baseline", "fastrack"])
 def test_reprice_equals_a_python_replay_with_other_parameters(core, tmp_path, protocol):
     """Re-pricing an export with other rates (durations only) gives the Python replay under those rates."""
@@ -245,10 +264,25 @@ def test_reprice_equals_a_python_replay_with_other_parameters(core, tmp_path, pr
     assert [r["busy_ns"] for r in got["resources"]] == [r["busy_ns"] for r in other.result.resources]
 
 
+@pytest.fixture(scope="session")
+def real_traces(tmp_path_factory) -> dict[str, Path]:
+    """The real traces of tests/data converted once (``tracegen convert``), by name."""
+    from tracegen.cli import main as tracegen_main
+
+    out = tmp_path_factory.mktemp("real-traces")
+    paths = {}
+    for name in REAL_TRACES:
+        paths[name] = out / f"{name}.parquet"
+        r = CliRunner().invoke(tracegen_main, ["convert", str(DATA / name), "-o", str(paths[name])])
+        assert r.exit_code == 0, r.output
+    return paths
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", REAL_PROTOCOLS)
-@pytest.mark.parametrize("trace", sorted(TRACES.glob("*.parquet")), ids=lambda p: p.name)
-def test_real_traces(core, tmp_path, trace, protocol):
-    rep, out, expected = export_replay(tmp_path, trace, protocol)
+@pytest.mark.parametrize("name", REAL_TRACES)
+def test_real_traces(core, tmp_path, real_traces, name, protocol):
+    rep, out, expected = export_replay(tmp_path, real_traces[name], protocol)
     assert_same(core, out, rep.graph, rep.schedule, expected)
 
 
@@ -256,6 +290,7 @@ def test_real_traces(core, tmp_path, trace, protocol):
 # the command line and its refusals
 
 
+@pytest.mark.slow
 def test_cli_writes_every_file(core, tmp_path):
     from replay.cli import main
 
@@ -294,8 +329,6 @@ def test_unsupported_model_is_refused(tmp_path):
 
 
 def test_rate_outside_the_exact_range_is_refused():
-    from fastrack.errors import ConfigError
-    from replay.export_gem5 import check_params
     from replay.plugins import load_model
 
     H100Model = load_model("h100")
@@ -330,14 +363,310 @@ def test_gem5_parameters_mirror_the_preset(tmp_path):
     assert gem5["gpu_auth"]["params"]["sms"] == params["gpu"]["sms"]
     assert gem5["bounce_pool"]["params"]["slot_size"] == f"{params['bounce']['slot_bytes']}B"
     assert gem5["copy_engine"]["params"]["engines"] == params["gpu"]["copy_engines"]
-    script = (out / "run_gem5.py").read_text()
-    assert "FastrackReplayer" in script and "FastrackPCIeLink" in script
-    tree = ast.parse(script)  # valid Python, and RESOURCES is a literal equal to params.json's
-    res = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "RESOURCES")
-    assert ast.literal_eval(res) == gem5
+    assert gem5["pcie_h2d"]["class"] == "FastrackPCIeLink" and gem5["pcie_h2d"]["params"]["lane_type"] == "pcie_h2d"
     assert gem5["gpu_auth"]["params"]["parallel"] is False
     _, out2, _ = export_replay(tmp_path / "f", trace, "fastrack")
     assert json.loads((out2 / "params.json").read_text())["gem5"]["gpu_auth"]["params"]["parallel"] is True
+
+
+def test_parallel_auth_is_declared_by_the_protocol():
+    from replay.plugins import load_protocol
+
+    assert gem5export.protocol_parallel_auth("captured") is False
+    assert load_protocol("none").parallel_auth_modes() == frozenset()
+    assert load_protocol("baseline").parallel_auth_modes() == {False}
+    assert load_protocol("fastrack:auth").parallel_auth_modes() == {True}
+    assert load_protocol("cc-multi:all").parallel_auth_modes() == {True}
+    assert [gem5export.protocol_parallel_auth(p) for p in ("none", "baseline", "fastrack", "cc-multi:auth")] == \
+        [False, False, True, True]
+    mixed = type(load_protocol("cc-multi"))("mixed", "", host=load_protocol("fastrack").options)
+    assert mixed.parallel_auth_modes() == {True, False}
+
+
+def test_export_gem5_is_a_plugin_command():
+    """replay/cli.py names no plug-in: export-gem5 comes from the fastrack.exporters entry point."""
+    from replay.cli import main
+    from replay.plugins import available_exporters, load_exporter
+
+    assert "gem5" in available_exporters() and load_exporter("gem5") is GEM5
+    cli_source = (ROOT / "replay" / "cli.py").read_text()
+    assert "gem5" not in cli_source and "h100" not in cli_source
+    r = CliRunner().invoke(main, ["--help"])
+    assert r.exit_code == 0 and "export-gem5" in r.output
+    r = CliRunner().invoke(main, ["export-gem5", "--help"])
+    assert r.exit_code == 0 and "cc-multi:all" in r.output and "params.txt" in r.output
+
+
+# ---------------------------------------------------------------------------------------------
+# run_gem5.py, run against a stand-in m5 package
+
+M5_STUB = {
+    "m5/__init__.py": """
+import json
+import os
+
+from . import objects
+
+
+class _Exit:
+    def getCause(self):
+        return "stub: simulate() returned"
+
+
+def instantiate():
+    with open(os.environ["M5_STUB_RECORD"], "w") as fh:
+        json.dump(objects.Root.made[-1].describe(), fh)
+
+
+def simulate():
+    return _Exit()
+
+
+def curTick():
+    return int(os.environ["M5_STUB_TICKS"])
+""",
+    "m5/objects.py": """
+class SimObject:
+    def __init__(self, **params):
+        object.__setattr__(self, "_params", dict(params))
+        object.__setattr__(self, "_children", {})
+
+    def __setattr__(self, name, value):
+        self._children[name] = value
+
+    def __getattr__(self, name):
+        if name in self._children:
+            return self._children[name]
+        if name in self._params:
+            return self._params[name]
+        return Port(self, name)
+
+    def describe(self):
+        def show(v):
+            if isinstance(v, (SimObject, Port)):
+                return v.describe()
+            if isinstance(v, (list, tuple)):
+                return [show(x) for x in v]
+            return v
+        return {"class": type(self).__name__, "params": {k: show(v) for k, v in self._params.items()},
+                "children": {k: show(v) for k, v in self._children.items()}}
+
+
+class Port:
+    def __init__(self, owner, name):
+        self.owner, self.name = type(owner).__name__, name
+
+    def describe(self):
+        return f"port {self.owner}.{self.name}"
+
+
+class Root(SimObject):
+    made = []
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        Root.made.append(self)
+
+
+for _name in ("FastrackReplayer", "FastrackPCIeLink", "FastrackCpuCrypto", "FastrackCopyEngine", "FastrackGpuAuth",
+              "FastrackBouncePool", "FastrackSubmit", "System", "SrcClockDomain", "VoltageDomain", "SimpleMemory"):
+    globals()[_name] = type(_name, (SimObject,), {})
+""",
+    "m5/params.py": """
+def AddrRange(size):
+    return {"AddrRange": size}
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def m5_stub(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("m5-stub")
+    for rel, text in M5_STUB.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text.lstrip())
+    return root
+
+
+def run_script(m5_stub: Path, export_dir: Path, *args: str, ticks: int, cwd: Path) -> tuple[int, dict, dict]:
+    """Run export_dir/run_gem5.py with the stand-in m5: (exit code, printed JSON, SimObject tree)."""
+    record = cwd / "m5-record.json"
+    env = {**os.environ, "PYTHONPATH": str(m5_stub), "M5_STUB_RECORD": str(record), "M5_STUB_TICKS": str(ticks)}
+    proc = subprocess.run([sys.executable, str(export_dir / "run_gem5.py"), *args], capture_output=True, text=True,
+                          env=env, cwd=cwd)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1]), json.loads(record.read_text())
+
+
+def test_run_gem5_builds_the_exported_simobjects(m5_stub, tmp_path):
+    trace = write(tmp_path / "t.parquet", two_rank_collective())
+    _, out, expected = export_replay(tmp_path, trace, "fastrack", preset="h100-pcie")
+    gem5 = json.loads((out / "params.json").read_text())["gem5"]
+    rc, printed, tree = run_script(m5_stub, out, ticks=expected["expected_ticks"], cwd=tmp_path)
+    assert rc == 0 and printed["match"] is True and printed["sim_ticks"] == expected["expected_ticks"]
+    assert printed["sim_ns"] == expected["makespan_ns"] and printed["makespan_ns"] == expected["makespan_ns"]
+    replayer = tree["children"]["replayer"]
+    assert replayer["class"] == "FastrackReplayer"
+    assert replayer["params"] == {"graph": str(out / "graph.bin"), "lanes": str(out / "lanes.csv"),
+                                  "check_prices": True, "reprice": False}
+    assert {a: {"class": o["class"], "params": o["params"]} for a, o in replayer["children"].items()} == gem5
+    assert gem5["gpu_auth"]["params"]["parallel"] is True and gem5["pcie_h2d"]["params"]["bandwidth_gb_s"] > 0
+
+    rc, printed, _ = run_script(m5_stub, out, ticks=expected["expected_ticks"] + 1, cwd=tmp_path)
+    assert rc == 1 and printed["match"] is False  # another simulated time is a mismatch
+
+    rc, printed, tree = run_script(m5_stub, out, "--reprice", "--param", "pcie_h2d.bandwidth_gb_s=25.0",
+                                   "--no-check-prices", "--with-memory", ticks=7, cwd=tmp_path)
+    replayer = tree["children"]["replayer"]
+    assert rc == 0 and printed["match"] is None
+    assert replayer["params"]["reprice"] is True and replayer["params"]["check_prices"] is False
+    assert replayer["children"]["pcie_h2d"]["params"]["bandwidth_gb_s"] == "25.0"
+    pool = gem5["bounce_pool"]["params"]
+    staging = 2 * pool["slots"] * int(pool["slot_size"].rstrip("B"))  # two ranks
+    assert tree["children"]["system"]["params"]["mem_ranges"] == [{"AddrRange": max(staging, 1 << 20)}]
+    assert replayer["children"]["bounce_pool"]["children"]["mem_side"] == "port SimpleMemory.port"
+
+
+def test_run_gem5_is_the_same_script_for_every_export(tmp_path):
+    """run_gem5.py holds no data: it is the plug-in's gem5/run_gem5.py, byte for byte."""
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    _, a, _ = export_replay(tmp_path / "a", trace, "captured")
+    _, b, _ = export_replay(tmp_path / "b", trace, "baseline", preset="h100-pcie")
+    shipped = (ROOT / "models" / "h100" / "gem5" / "run_gem5.py").read_bytes()
+    assert (a / "run_gem5.py").read_bytes() == shipped == (b / "run_gem5.py").read_bytes()
+
+
+def test_data_never_becomes_code(m5_stub, tmp_path):
+    """A preset name and a trace path with line breaks and Python in them stay data: the generated
+    files hold them only as JSON strings, and running the script executes none of it."""
+    from replay.cli import main
+    from replay.plugins import load_model
+
+    payload = "x\nimport os; os.system('touch PWNED')\n#"
+    sxm = load_model("h100").presets_dir / "h100-sxm.toml"
+    preset = tmp_path / "evil.toml"
+    preset.write_text(f"[preset]\nname = {json.dumps(payload)}\ndescription = {json.dumps(payload)}\n"
+                      f"extends = {json.dumps(str(sxm))}\n")
+    folder = tmp_path / "in\nimport os; os.system('touch PWNED')\n#"
+    folder.mkdir()
+    trace = write(folder / "t.parquet", launch_trace())
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["export-gem5", str(trace), "--protocol", "baseline", "--preset", str(preset),
+                                  "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "params.json").read_text())["preset"] == payload  # the data went through...
+    assert json.loads((out / "expected.json").read_text())["trace"] == str(trace)
+    script = (out / "run_gem5.py").read_text()
+    assert "PWNED" not in script and "os.system" not in script  # ...but not into the code
+    calls = {n.func.attr for n in ast.walk(ast.parse(script)) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute)}
+    assert "system" not in calls
+    for name in ("params.txt", "lanes.csv"):
+        assert "PWNED" not in (out / name).read_text()
+    expected = json.loads((out / "expected.json").read_text())
+    rc, printed, _ = run_script(m5_stub, out, ticks=expected["expected_ticks"], cwd=tmp_path)
+    assert rc == 0 and printed["match"] is True
+    assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the output directory: all or nothing
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_failed_export_leaves_the_previous_one_intact(tmp_path, monkeypatch):
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    rep = replay_trace(trace, protocol="none")
+    out = tmp_path / "out"
+    write_export(out, rep.graph, rep.schedule, rep.result, trace=str(trace), protocol="none",
+                 model_info=rep.result.model)
+    first = _snapshot(out)
+    assert set(first) == set(GEM5.files)
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(gem5export, "params_txt", boom)  # after graph.bin, lanes.csv, expected.json, params.json
+    rep2 = replay_trace(trace, protocol="fastrack")
+    with pytest.raises(OSError, match="simulated"):
+        write_export(out, rep2.graph, rep2.schedule, rep2.result, trace=str(trace), protocol="fastrack",
+                     model_info=rep2.result.model)
+    assert _snapshot(out) == first  # not one file of the failed export
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "t.parquet"]  # no temporary left behind
+
+    monkeypatch.undo()
+    write_export(out, rep2.graph, rep2.schedule, rep2.result, trace=str(trace), protocol="fastrack",
+                 model_info=rep2.result.model)
+    second = _snapshot(out)
+    assert set(second) == set(GEM5.files) and json.loads(second["expected.json"])["protocol"] == "fastrack"
+    assert all(second[n] != first[n] for n in ("expected.json", "params.json", "params.txt"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "t.parquet"]
+
+
+def test_a_failed_export_creates_nothing(tmp_path, monkeypatch):
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    rep = replay_trace(trace, protocol="baseline")
+    monkeypatch.setattr(gem5export, "params_txt", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        write_export(tmp_path / "a" / "b" / "out", rep.graph, rep.schedule, rep.result, protocol="baseline",
+                     model_info=rep.result.model)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+def test_output_that_is_a_file_or_holds_other_files_is_refused(tmp_path):
+    from replay.cli import main
+
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    rep = replay_trace(trace)
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        write_export(tmp_path / "file", rep.graph, rep.schedule, rep.result)
+    assert (tmp_path / "file").read_text() == "mine"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    r = CliRunner().invoke(main, ["export-gem5", str(trace), "-o", str(mine)])
+    assert r.exit_code == 2 and "does not write" in r.output and len(r.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the plug-in on its own
+
+
+@pytest.mark.slow
+def test_the_h100_plugin_installs_on_its_own(tmp_path):
+    """models/h100/pyproject.toml builds the plug-in alone (the third-party route): the installed
+    package brings its model, presets, exporter and gem5 configuration, and exports."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "models" / "h100", src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
+                           "--no-index", "--target", str(site), str(src)], capture_output=True, text=True)
+    if proc.returncode != 0 and "setuptools" in proc.stderr and "No module named" in proc.stderr:
+        pytest.skip("setuptools is not installed: the plug-in cannot be built offline")
+    assert proc.returncode == 0, proc.stderr
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    check = f"""
+import importlib.metadata as md, json, sys
+import fastrack_h100
+from replay.cli import main
+assert fastrack_h100.__file__.startswith({str(site)!r}), fastrack_h100.__file__
+eps = {{(e.group, e.name): e.value for e in md.distribution("fastrack-h100").entry_points}}
+assert eps == {{("fastrack.models", "h100"): "fastrack_h100:H100Model",
+               ("fastrack.exporters", "gem5"): "fastrack_h100.gem5export:GEM5"}}, eps
+sys.argv = ["replay", "export-gem5", {str(trace)!r}, "--protocol", "baseline", "--preset", "h100-pcie",
+            "-o", {str(tmp_path / "out")!r}]
+main()
+"""
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(site)}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "run_gem5.py").read_bytes() == (src / "gem5" / "run_gem5.py").read_bytes()
+    assert json.loads((tmp_path / "out" / "params.json").read_text())["preset"] == "h100-pcie"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,6 +688,7 @@ def _run_bad(core, path) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow
 def test_bad_magic_version_and_truncation(core, good_export, tmp_path):
     src, _ = good_export
     raw = (src / "graph.bin").read_bytes()
@@ -384,6 +714,7 @@ def _patched(g: OpGraph, tmp_path: Path, **changes) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_bad_references_are_messages(core, good_export, tmp_path):
     _, g = good_export
     assert g.num_edges > 0
@@ -408,6 +739,7 @@ def test_bad_references_are_messages(core, good_export, tmp_path):
     assert "servers" in _run_bad(core, _patched(g, tmp_path, lanes=bad_lanes)).stderr
 
 
+@pytest.mark.slow
 def test_cycles_are_named(core, tmp_path):
     from test_engine import graph
 
@@ -418,6 +750,7 @@ def test_cycles_are_named(core, tmp_path):
     assert "same collective group" in _run_bad(core, _patched(g, tmp_path)).stderr
 
 
+@pytest.mark.slow
 def test_lanes_csv_must_match(core, good_export):
     src, _ = good_export
     (src / "lanes.csv").write_text("index,type,rank,servers,name\n0,stream,0,1,only one\n")
@@ -438,6 +771,7 @@ def test_format_layout_is_as_documented(good_export):
 # pricing: the C++ formulas against the Python model
 
 
+@pytest.mark.slow
 def test_rate_fractions_match_python(core):
     rng = np.random.default_rng(7)
     vals = np.exp(rng.uniform(np.log(1e-3), np.log(1e12), 3000)).tolist()
@@ -452,6 +786,7 @@ def test_rate_fractions_match_python(core):
         assert line == f"{f.numerator} {f.denominator}", v
 
 
+@pytest.mark.slow
 def test_h100_prices_match_the_python_model(core):
     from fastrack.schema import CopyDir
     from replay.plugins import load_model

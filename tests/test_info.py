@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -139,6 +141,23 @@ def test_info_not_parquet(tmp_path):
     res = _info(path, "--json")
     _one_line_error(res, path)
     assert "not a Parquet file" in res.stderr
+
+
+def test_info_fifo_or_directory_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "pipe.parquet"
+    os.mkfifo(fifo)  # the Parquet reader would block on it until a writer came
+    writer = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+    writer.start()  # so that a wrong open fails the test instead of hanging it
+    try:
+        res = _info(fifo)
+        _one_line_error(res, fifo)
+        assert "FIFO" in res.stderr
+    finally:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(5)
+    res = _info(tmp_path)
+    _one_line_error(res, tmp_path)
+    assert "directory" in res.stderr
 
 
 def test_info_parquet_without_fastrack_metadata(tmp_path):

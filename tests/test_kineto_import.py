@@ -14,7 +14,8 @@ import pytest
 from fastrack.errors import TraceFormatError
 from fastrack.schema import DepKind
 from fastrack.traceio import read_trace, write_trace
-from tracegen.importers.kineto import import_kineto, load_kineto, read_kineto
+from tracegen.importers import kineto
+from tracegen.importers.kineto import import_kineto, read_kineto
 
 DATA = Path(__file__).resolve().parent / "data"
 TINY = DATA / "a100_cuda_event_sync_tiny.json.gz"
@@ -375,10 +376,10 @@ def test_duplicate_ranks_and_mixed_world_sizes_are_errors(tmp_path):
     a = write(tmp_path / "one.json", ev, distributedInfo={"rank": 2, "world_size": 4})
     b = write(tmp_path / "two.json", ev, distributedInfo={"rank": 2, "world_size": 4})
     with pytest.raises(TraceFormatError, match=r"one\.json.*two\.json"):
-        load_kineto([a, b])
+        kineto.read([a, b])
     c = write(tmp_path / "three.json", ev, distributedInfo={"rank": 3, "world_size": 8})
     with pytest.raises(TraceFormatError, match=r"world size.*one\.json.*three\.json"):
-        load_kineto([a, c])
+        kineto.read([a, c])
 
 
 def test_bare_event_array_is_accepted(tmp_path):
@@ -409,7 +410,7 @@ def test_bad_inputs_raise_naming_the_file(tmp_path, content, msg):
     p = tmp_path / "bad.json"
     p.write_bytes(content)
     with pytest.raises(TraceFormatError) as err:
-        load_kineto([p])
+        kineto.read([p])
     assert "bad.json" in str(err.value) and msg in str(err.value)
 
 
@@ -418,8 +419,8 @@ def test_truncated_and_corrupt_gzip(tmp_path):
     t = tmp_path / "trunc.json.gz"
     t.write_bytes(data[: len(data) // 2])
     with pytest.raises(TraceFormatError, match="trunc.json.gz: truncated gzip"):
-        load_kineto([t])
+        kineto.read([t])
     c = tmp_path / "corrupt.json.gz"
     c.write_bytes(data[:20] + bytes(b ^ 0xFF for b in data[20:60]) + data[60:])
     with pytest.raises(TraceFormatError, match="corrupt.json.gz: "):
-        load_kineto([c])
+        kineto.read([c])

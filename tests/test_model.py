@@ -7,8 +7,9 @@ import pytest
 
 from fastrack.errors import PluginError
 from fastrack.schema import CopyDir, HostMem, OpKind
-from fastrack_models.h100 import H100Model
-from handgraph import HandGraph, round_model
+from fastrack_h100 import H100Model
+from graphs import HandGraph
+from handgraph import round_model, round_raw
 from replay.graph import NO_LANE, LaneType
 from replay.model import HardwareModel, bytes_ns
 from replay.plugins import available_models, available_protocols, load_model, load_protocol
@@ -113,6 +114,50 @@ def test_interface_is_abstract():
 
     with pytest.raises(TypeError):
         Half(None)  # pricing methods missing
+
+
+class SingleGpuModel(H100Model):
+    """The H100 model without its GPU-to-GPU half (the base class's versions put back)."""
+
+    name = "single-gpu"
+    link_gb_s = HardwareModel.link_gb_s
+    link_latency_ns = HardwareModel.link_latency_ns
+    link_ns = HardwareModel.link_ns
+    key_rotation_ns = HardwareModel.key_rotation_ns
+    crypto_page_bytes = HardwareModel.crypto_page_bytes
+
+
+def _two_rank_all_reduce():
+    h = HandGraph()
+    members = []
+    for rank in (0, 1):
+        call = h.call(1000, rank=rank)
+        members.append(h.gpu(OpKind.COLLECTIVE, 5, 0, call, rank=rank, nbytes=1_000_000))
+    g = h.build()
+    group = g.group.copy()
+    group[members] = 3
+    return g.replace(group=group), members
+
+
+def test_multi_gpu_half_of_the_interface():
+    m = round_model()
+    assert m.prices_links and m.default_allreduce == "ring" and m.crypto_page_bytes == 4096
+    single = SingleGpuModel.from_dict(round_raw())
+    assert not single.prices_links and single.default_allreduce == "ring"
+    for call in (lambda: single.link_ns(10, 2), lambda: single.link_gb_s(2), lambda: single.link_latency_ns(2),
+                 lambda: single.key_rotation_ns(10, 1), lambda: single.crypto_page_bytes):
+        with pytest.raises(PluginError, match="'single-gpu' does not price GPU-to-GPU communication"):
+            call()
+
+
+def test_collectives_need_the_multi_gpu_half():
+    g, members = _two_rank_all_reduce()
+    single = SingleGpuModel.from_dict(round_raw())
+    # without link prices a collective keeps its traced duration; with them it is priced on the topology
+    assert load_protocol("none")(g, single).dur[members].tolist() == [5, 5]
+    assert load_protocol("none")(g, round_model()).dur[members].tolist() != [5, 5]
+    with pytest.raises(PluginError, match="needs a hardware model that prices GPU-to-GPU links"):
+        load_protocol("cc-multi")(g, single)
 
 
 # ------------------------------------------------------------------------------ plug-ins

@@ -20,13 +20,14 @@ from hypothesis import strategies as st
 
 from fastrack.errors import ConfigError, GraphError, TraceFormatError
 from fastrack.schema import OpKind
-from handgraph import HandGraph, round_model
-from replay.dataparallel import assign_buckets, data_parallel, gradient_markers, replay_data_parallel
+from graphs import HandGraph
+from handgraph import round_model
+from replay.dataparallel import assign_buckets, data_parallel, gradient_markers
 from replay.engine import schedule
 from replay.plugins import load_protocol
 from replay.protocols.collectives import find, messages, plain_ns, type_of_name
 from replay.protocols.kinds import DerivedKind
-from replay.run import load_graph, replay_trace
+from replay.run import load_graph, replay_data_parallel, replay_trace
 from tracefactory import op, write
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -563,7 +563,7 @@ def _as_table(result):
 def test_end_to_end_through_derive_dependencies(scenario, tmp_path):
     from fastrack.schema import DepKind
     from fastrack.traceio import read_trace, write_trace
-    from tracegen.dependencies import derive_dependencies
+    from tracegen.deps import derive_dependencies
 
     raw, meta = read_nsys(scenario)
     out = write_trace(tmp_path / "scenario.parquet", _as_table(derive_dependencies(raw)), meta)

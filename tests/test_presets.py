@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fastrack.errors import ConfigError
-from fastrack_models.h100 import PRESETS_DIR, H100Model, H100Params
+from fastrack_h100 import PRESETS_DIR, H100Model, H100Params
 from handgraph import round_model, round_raw
 from replay import config
 

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fastrack.errors import GraphError
 from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
-from handgraph import HandGraph, round_model
+from graphs import HandGraph, big_graph
+from handgraph import round_model
 from replay.engine import schedule
 from replay.graph import Category, OpGraph
 from replay.plugins import load_protocol
@@ -375,34 +376,6 @@ def test_one_call_launching_two_copies():
 
 
 def test_big_graph_small_scale_sanity():
-    from handgraph import big_graph
-
     g = big_graph(20_000)
     ms = makespans(g, round_model())
     assert ms["none"] <= ms["fastrack"] <= ms["baseline"]
-
-
-@pytest.mark.slow
-def test_transform_speed_1m_ops():
-    """1M ops, 10% copies: each transform in about a second, CC replay within 3x of `none`
-    (generous bounds: CI machines are shared)."""
-    import time
-
-    from fastrack_models.h100 import H100Model
-    from handgraph import big_graph
-
-    g = big_graph(1_000_000, 0.1)
-    hw = H100Model.from_preset()
-    schedule(g)  # compile/load the engine
-    times = {}
-    for p in ["none", "baseline", "fastrack"]:
-        proto = load_protocol(p)
-        proto(g, hw)  # warm
-        t0 = time.perf_counter()
-        out = proto(g, hw)
-        t1 = time.perf_counter()
-        schedule(out)
-        t2 = time.perf_counter()
-        times[p] = (t1 - t0, t2 - t0)
-    assert times["baseline"][0] < 4.0 and times["fastrack"][0] < 4.0, times
-    assert times["baseline"][1] < 3 * times["none"][1] + 1.5, times

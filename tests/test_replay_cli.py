@@ -70,3 +70,43 @@ def test_tee_timeline_has_resource_tracks_and_bounce_counter(tmp_path):
     assert {"pcie_h2d", "copy_engines", "gpu_auth"} <= tracks
     counter = [e["args"]["slots"] for e in events if e["ph"] == "C"]
     assert counter and min(counter) >= 0 and counter[-1] == 0 and max(counter) >= 1
+
+
+def test_every_option_of_every_command_has_help():
+    import click
+
+    ctx = click.Context(main)
+    missing = []
+    for name in main.list_commands(ctx):
+        cmd = main.get_command(ctx, name)
+        for param in cmd.params:
+            if isinstance(param, click.Option) and not (param.help or "").strip():
+                missing.append(f"replay {name} {param.opts[0]}")
+    assert not missing, missing
+
+
+def test_shared_options_are_declared_once():
+    """--model/--preset/--set read the same in every command that replays one configuration."""
+    import click
+
+    ctx = click.Context(main)
+    helps = {}
+    for name in ("run", "compare", "sensitivity"):
+        cmd = main.get_command(ctx, name)
+        helps[name] = {p.opts[-1]: (p.help, p.default) for p in cmd.params
+                       if p.opts[-1] in ("--model", "--preset", "--set")}
+    assert len(helps["run"]) == 3
+    assert helps["run"] == helps["compare"] == helps["sensitivity"]
+
+
+def test_slowdown_on_numbers_and_columns():
+    import numpy as np
+    import pandas as pd
+
+    from replay.results import slowdown
+
+    assert slowdown(3, 2) == 1.5
+    assert slowdown(2, 3, 6) == 0.666667 and slowdown(2, 3, 9) == 0.666666667
+    assert slowdown(5, 0) is None and slowdown(5, None) is None
+    col = slowdown(pd.Series([3.0, 2.0, 4.0]), pd.Series([2.0, np.nan, 0.0]), 6)
+    assert col.iloc[0] == 1.5 and np.isnan(col.iloc[1]) and np.isinf(col.iloc[2])

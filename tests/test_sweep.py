@@ -12,9 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 import fakeplugins
-from replay import sweep as sw
-from replay.study.store import read_meta
 from replay.cli import main
+from replay.study import sweep as sweep_module
+from replay.study.points import plan_study
+from replay.study.spec import StudySpec
+from replay.study.store import META_KEY, ResultStore, read_meta
+from replay.study.sweep import run_sweep
+from replay.study.worker import run_batch
 from tracegen.cli import main as tracegen_main
 
 GRID = ["--set", "pcie.bandwidth_gb_s=16,64", "--set", "cpu.crypto_gb_s=2,4"]
@@ -78,9 +82,9 @@ def test_local_pool_matches_in_process_row_for_row(tmp_path, traces, fake):
 
 def test_resume_after_interruption_loses_no_point(tmp_path, traces, fake, monkeypatch):
     out = tmp_path / "r.parquet"
-    spec = sw.StudySpec(traces=traces[:1], protocols=["fake-slow", "fake-fast"], model="fake",
-                        grid={"pcie.bandwidth_gb_s": [8, 16, 32, 64]})
-    real = sw.run_batch
+    spec = StudySpec(traces=traces[:1], protocols=["fake-slow", "fake-fast"], model="fake",
+                     grid={"pcie.bandwidth_gb_s": [8, 16, 32, 64]})
+    real = run_batch
     calls = []
 
     def flaky(batch):
@@ -89,21 +93,21 @@ def test_resume_after_interruption_loses_no_point(tmp_path, traces, fake, monkey
             raise KeyboardInterrupt
         return real(batch)
 
-    monkeypatch.setattr(sw, "run_batch", flaky)
+    monkeypatch.setattr(sweep_module, "run_batch", flaky)
     with pytest.raises(KeyboardInterrupt):
-        sw.run_sweep(spec, out, jobs=1, progress=False)
+        run_sweep(spec, out, jobs=1, progress=False)
     assert not out.exists()
-    parts = sw.ResultStore(out, sw.plan_study(spec).fingerprint, {}).done_keys()
+    parts = ResultStore(out, plan_study(spec).fingerprint, {}).done_keys()
     assert len(parts) == sum(calls[:2]) > 0  # every finished point was written before stopping
-    monkeypatch.setattr(sw, "run_batch", real)
-    rep = sw.run_sweep(spec, out, jobs=1, progress=False)
+    monkeypatch.setattr(sweep_module, "run_batch", real)
+    rep = run_sweep(spec, out, jobs=1, progress=False)
     assert rep.skipped == len(parts) and rep.ran == rep.points - len(parts) and rep.rows == rep.points == 12
     assert not (tmp_path / "r.parquet.parts").exists()
     clean = tmp_path / "clean.parquet"
-    sw.run_sweep(spec, clean, jobs=1, progress=False)
+    run_sweep(spec, clean, jobs=1, progress=False)
     pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(clean))
     # a finished study re-run does nothing
-    again = sw.run_sweep(spec, out, jobs=1, progress=False)
+    again = run_sweep(spec, out, jobs=1, progress=False)
     assert again.ran == 0 and again.rows == 12
 
 
@@ -216,7 +220,7 @@ def test_dask_cluster_matches_local_row_for_row(tmp_path, traces, fake):
         assert r.exit_code == 0, r.output
         assert "Dask" in r.output or r.output
     pd.testing.assert_frame_equal(pd.read_parquet(local), pd.read_parquet(remote))
-    assert pq.read_schema(remote).metadata[sw.META_KEY] == pq.read_schema(local).metadata[sw.META_KEY]
+    assert pq.read_schema(remote).metadata[META_KEY] == pq.read_schema(local).metadata[META_KEY]
 
 
 def test_real_protocols(tmp_path, traces):

@@ -7,7 +7,7 @@ Two paths (``docs/capture.md``):
   converted by the Kineto importer (:func:`tracegen.importers.kineto.import_kineto`).
 * **emulated** (``--emulate``, the default without a GPU): :mod:`tracegen.emulation` runs the
   unchanged CUDA script on ``meta`` tensors and prices every GPU op with
-  :mod:`tracegen.costmodel`.
+  :mod:`tracegen.emulation.costmodel`.
 
 Steps: an explicit ``ProfilerStep#N`` annotation (``record_function`` or ``prof.step()``) wins;
 otherwise every ``optimizer.step()`` call ends a step. Step k holds the ops after the k-th
@@ -32,6 +32,7 @@ import pyarrow as pa
 from fastrack import __version__
 from fastrack.cli_support import reports_errors
 from fastrack.errors import CaptureError
+from fastrack.outputs import check_input_path, check_output_path
 from fastrack.traceio import make_table, write_trace
 
 DEVICES = ("h100-sxm", "h100-pcie")
@@ -133,8 +134,8 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
     ``host_time``: ``modelled`` (named per-op host costs) or ``measured`` (this machine's time)."""
     import torch
 
-    from tracegen.costmodel import get_spec
     from tracegen.emulation import Recorder, emulated_gpu
+    from tracegen.emulation.costmodel import get_spec
 
     spec = get_spec(device)
     path = Path(script)
@@ -257,9 +258,11 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
 # ----------------------------------------------------------------------------- CLI
 
 @click.command("capture", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
-@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("script", type=click.Path())
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="trace to write [traces/<script-stem>.parquet]")
+@click.option("-o", "--output", type=click.Path(),
+              help="trace to write [<script-stem>.parquet in the current directory]")
+@click.option("--overwrite", is_flag=True, help="replace the output if it exists (never a link, a non-file or the script)")
 @click.option("--name", help="trace name stored in the metadata [script stem]")
 @click.option("--skip-steps", type=click.IntRange(min=0), default=0, show_default=True,
               help="warm-up steps to drop")
@@ -272,15 +275,18 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
               help="emulation: host time from named per-op costs of a GPU server (modelled) or "
                    "as measured on this machine (measured)")
 @reports_errors
-def command(script, script_args, output, name, skip_steps, steps, device, emulate, host_time):
+def command(script, script_args, output, overwrite, name, skip_steps, steps, device, emulate, host_time):
     """Run SCRIPT (as `python SCRIPT SCRIPT_ARGS` would) and write its GPU trace.
 
-    Put `--` before SCRIPT_ARGS that look like options of this command.
+    Put `--` before SCRIPT_ARGS that look like options of this command. An existing output is
+    replaced only with --overwrite.
     """
     script_args = list(script_args)
     if script_args and script_args[0] == "--":
         script_args = script_args[1:]
-    out = Path(output) if output else Path("traces") / f"{Path(script).stem}.parquet"
+    if os.path.lexists(script):  # a missing script is reported by run_script ("no such script")
+        check_input_path(script)
+    out = check_output_path(output or f"{Path(script).stem}.parquet", [script], overwrite)
     table, meta = capture(script, script_args, emulate=emulate, device=device, skip_steps=skip_steps,
                           steps=steps, name=name, host_time=host_time)
     write_trace(out, table, meta)

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fastrack.cli_support import reports_errors
+from fastrack.outputs import check_input_path
 from fastrack.schema import DepKind, OpKind
 from fastrack.traceio import read_trace
 
@@ -193,6 +194,7 @@ def render(info: dict[str, Any]) -> str:
 @reports_errors
 def command(trace: str, as_json: bool) -> None:
     """Summarise a Fastrack trace: op counts, copied bytes, ranks and spans, deps, steps, metadata."""
+    check_input_path(trace)  # a FIFO or a device would block the Parquet reader
     info = trace_info(trace)
     if as_json:
         click.echo(json.dumps(info, indent=2))

@@ -98,7 +98,8 @@ D2H_PINNED_PROB = 0.5
 DEFAULT_STREAM_SHARE = 0.5  # share of kernels on the first (default) stream
 
 # Op classes of the simulation.
-C_CPU, C_RT, C_RT_LAUNCH, C_RT_BLOCK, C_GPU, C_EV_RECORD, C_EV_WAIT, C_SYNC_STREAM, C_SYNC_DEVICE, C_SYNC_COPY = range(10)
+(C_CPU, C_RT, C_RT_LAUNCH, C_RT_BLOCK, C_GPU, C_EV_RECORD, C_EV_WAIT, C_SYNC_STREAM, C_SYNC_DEVICE,
+ C_SYNC_COPY) = range(10)
 
 # ---------------------------------------------------------------------------------------------
 # Sizes
@@ -154,12 +155,12 @@ def _simulate(cls, stream, dur, n_streams, launch_ns, sync_call_ns, wake_ns, cap
     pending = np.full(n_streams, -1, np.int64)  # event source the next op of a stream waits for
     for i in range(n):
         c = cls[i]
-        if c == 4:  # C_GPU: launched by the runtime call just before it
+        if c == C_GPU:  # launched by the runtime call just before it
             s = stream[i]
             st = start[launcher] + launch_ns
             esrc[ne] = launcher
             edst[ne] = i
-            ekind[ne] = 1
+            ekind[ne] = _LAUNCH
             ne += 1
             p = last_on[s]
             if p >= 0:
@@ -168,7 +169,7 @@ def _simulate(cls, stream, dur, n_streams, launch_ns, sync_call_ns, wake_ns, cap
                     st = f
                 esrc[ne] = p
                 edst[ne] = i
-                ekind[ne] = 2
+                ekind[ne] = _STREAM
                 ne += 1
             e = pending[s]
             if e >= 0:
@@ -177,13 +178,13 @@ def _simulate(cls, stream, dur, n_streams, launch_ns, sync_call_ns, wake_ns, cap
                     st = f
                 esrc[ne] = e
                 edst[ne] = i
-                ekind[ne] = 3
+                ekind[ne] = _EVENT
                 ne += 1
                 pending[s] = -1
             start[i] = st
             last_on[s] = i
             last_gpu = i
-            if cls[launcher] == 3:  # blocking call: its launch part ends when the copy starts
+            if cls[launcher] == C_RT_BLOCK:  # a blocking call: its launch part ends when the copy starts
                 out_dur[launcher] = st - start[launcher]
                 t = st
             continue
@@ -192,25 +193,25 @@ def _simulate(cls, stream, dur, n_streams, launch_ns, sync_call_ns, wake_ns, cap
         if prev_host >= 0:
             esrc[ne] = prev_host
             edst[ne] = i
-            ekind[ne] = 0
+            ekind[ne] = _PROGRAM
             ne += 1
         prev_host = i
-        if c == 2 or c == 3:
+        if c == C_RT_LAUNCH or c == C_RT_BLOCK:
             launcher = i
-            if c == 3:
+            if c == C_RT_BLOCK:
                 continue  # duration set when its copy starts
-        elif c == 5:
+        elif c == C_EV_RECORD:
             recorded = last_on[stream[i]]
-        elif c == 6:
+        elif c == C_EV_WAIT:
             if recorded >= 0:
                 pending[stream[i]] = recorded
             recorded = -1
-        elif c == 7 or c == 9 or c == 8:
+        elif c == C_SYNC_STREAM or c == C_SYNC_COPY or c == C_SYNC_DEVICE:
             end = t + sync_call_ns
-            for k in range(n_streams if c == 8 else 1):
-                if c == 8:
+            for k in range(n_streams if c == C_SYNC_DEVICE else 1):
+                if c == C_SYNC_DEVICE:
                     p = last_on[k]
-                elif c == 7:
+                elif c == C_SYNC_STREAM:
                     p = last_on[stream[i]]
                 else:
                     p = last_gpu
@@ -220,7 +221,7 @@ def _simulate(cls, stream, dur, n_streams, launch_ns, sync_call_ns, wake_ns, cap
                         end = f
                     esrc[ne] = p
                     edst[ne] = i
-                    ekind[ne] = 4
+                    ekind[ne] = _SYNC
                     ne += 1
             out_dur[i] = end - t
         t = start[i] + out_dur[i]

@@ -21,7 +21,9 @@ GPU-to-GPU (multi-GPU replays, docs/multi-gpu.md):
   a node of ``topology.gpus_per_node`` GPUs, the network when the ring spans nodes;
 * key rotation of the secure channels: the expected stall per message, ``rotation_stall_ns`` x the
   share of a key's lifetime the message uses (``(bytes/16 + invocations) / usage_limit`` or
-  ``invocations / ivs_per_key``, whichever is larger), rounded up.
+  ``invocations / ivs_per_key``, whichever is larger), rounded up;
+* the crypto page of encrypted staging: 4 KiB, one IV and tag each (a driver constant,
+  ``params.CRYPTO_PAGE_BYTES``).
 
 Resource lanes per rank: PCIe H2D, PCIe D2H, copy engines (``copy_engines`` servers), GPU
 authentication (one server: one authentication at a time), CPU crypto workers (``threads``
@@ -39,7 +41,7 @@ from fastrack.schema import CopyDir, OpKind
 from replay.graph import LaneType
 from replay.model import HardwareModel, NsArray, bytes_ns, ceil_div, direct_rule
 
-from .params import H100Params
+from .params import CRYPTO_PAGE_BYTES, H100Params
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -146,6 +148,11 @@ class H100Model(HardwareModel):
         by_usage = ceil_div(usage * np.int64(k.rotation_stall_ns), k.usage_limit) if k.rotation_stall_ns else usage * 0
         by_iv = ceil_div(inv * np.int64(k.rotation_stall_ns), k.ivs_per_key) if k.rotation_stall_ns else inv * 0
         return np.maximum(by_usage, by_iv).astype(np.int64)
+
+    @property
+    def crypto_page_bytes(self) -> int:
+        """One IV and one 16 B tag per 4 KiB page (:data:`.params.CRYPTO_PAGE_BYTES`, driver format)."""
+        return CRYPTO_PAGE_BYTES
 
     # ---- lanes
     def lane_specs(self) -> list[tuple[LaneType, str, int]]:

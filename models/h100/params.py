@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 from replay.model import DirectParams
 
 
+# Fixed by the driver's encryption format, not a tunable of the model (so not a preset key):
+# one AES-GCM IV and one 16 B tag per 4 KiB page of encrypted staging memory
+# (open-gpu-kernel-modules, kernel-open/nvidia-uvm/uvm_conf_computing.h).
+CRYPTO_PAGE_BYTES = 4096
+
+
 def _f(doc: str, **meta):
     return field(metadata={"doc": doc, **meta})
 

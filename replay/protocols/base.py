@@ -30,6 +30,13 @@ class Protocol(abc.ABC):
     def apply(self, graph: OpGraph, model) -> OpGraph:
         """Transform ``graph`` under hardware ``model`` (a :class:`replay.model.HardwareModel`)."""
 
+    def parallel_auth_modes(self) -> frozenset[bool]:
+        """The GPU-authentication modes the transform uses: ``True`` parallel, ``False`` serial;
+        both when it mixes them (say, host copies serial and GPU-to-GPU messages parallel), none
+        when it authenticates nothing (the default). Exporters to simulators with one mode per
+        GPU read it (the gem5 ``FastrackGpuAuth.parallel``)."""
+        return frozenset()
+
     def __call__(self, graph: OpGraph, model) -> OpGraph:
         return self.apply(graph, model)
 

@@ -82,14 +82,11 @@ def type_of_name(name: str) -> tuple[str, int | None]:
     return ctype, algo
 
 
-def has_link_model(model) -> bool:
-    return all(hasattr(model, a) for a in ("link_ns", "link_latency_ns", "link_gb_s"))
-
-
 def require_link_model(model, protocol: str) -> None:
-    if not has_link_model(model):
+    """Raise unless ``model`` prices GPU-to-GPU links (:attr:`replay.model.HardwareModel.prices_links`)."""
+    if not model.prices_links:
         raise PluginError(f"protocol '{protocol}' needs a hardware model that prices GPU-to-GPU links "
-                          f"(link_ns, link_latency_ns, link_gb_s); model '{getattr(model, 'name', model)}' does not")
+                          f"(link_ns, link_latency_ns, link_gb_s); model '{model.name}' does not")
 
 
 @dataclass(frozen=True)
@@ -210,12 +207,12 @@ def find(graph: OpGraph, model=None) -> Collectives:
         ctype[c] = _CODE[t]
         algos = {a for _, a in labels if a is not None}
         algo[c] = algos.pop() if len(algos) == 1 else -1
-    default = TREE if (model is not None and getattr(model, "default_allreduce", "ring") == "tree") else RING
+    default = TREE if (model is not None and model.default_allreduce == "tree") else RING
     algo = np.where(algo < 0, default, algo)
     nbytes = np.zeros(C, np.int64)
     np.maximum.at(nbytes, inst, np.maximum(graph.bytes[node], 0))
     inferred = nbytes == 0
-    if inferred.any() and model is not None and has_link_model(model):
+    if inferred.any() and model is not None and model.prices_links:
         dur = np.zeros(C, np.int64)
         np.maximum.at(dur, inst, graph.dur[node])
         nbytes = np.where(inferred, _infer_bytes(ctype, algo, n, dur, model), nbytes)
@@ -249,7 +246,7 @@ def price_plain(graph: OpGraph, model) -> OpGraph:
     """``graph`` with every collective instance priced as plaintext on the model's topology (the
     members keep their barrier group: NCCL kernels of all ranks run together). Unchanged when the
     graph has no collectives or the model prices no links."""
-    if not np.any(graph.kind == OpKind.COLLECTIVE) or not has_link_model(model):
+    if not np.any(graph.kind == OpKind.COLLECTIVE) or not model.prices_links:
         return graph
     col = find(graph, model)
     if len(col) == 0:
@@ -369,4 +366,4 @@ def _instance_messages(ctype: int, algo: int, n: int, s: int):
 
 
 __all__ = ["TYPES", "RING", "TREE", "Collectives", "Messages", "find", "messages", "plain_ns", "price_plain",
-           "type_of_name", "wire", "has_link_model", "require_link_model"]
+           "type_of_name", "wire", "require_link_model"]

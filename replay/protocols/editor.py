@@ -3,16 +3,20 @@
 Transforms append nodes in batches (numpy arrays, one entry per new node), append edges in
 batches, change durations of existing nodes, rewrite the source of existing edges, and finally
 :meth:`GraphEditor.build` a new graph with a fresh CSR. Every derived node copies provenance
-(``origin``, ``rank``, ``step``, copy attributes) from an *anchor*: the trace node it derives from.
+(:data:`PROVENANCE`: ``origin``, ``rank``, ``step``, copy attributes) from an *anchor*: the trace
+node it derives from. :func:`copy_in_edges` gives new nodes the prerequisites of existing ones.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from replay.graph import NO_LANE, OpGraph
+from replay.graph import NO_LANE, NODE_FIELDS, OpGraph
 
 from .kinds import CATEGORY, KIND_NAMES, DerivedKind
+
+# Per-node fields a derived node copies from its anchor.
+PROVENANCE = ("origin", "rank", "copy_dir", "host_mem", "step")
 
 
 class GraphEditor:
@@ -80,17 +84,14 @@ class GraphEditor:
             name = len(self._names)
             self._names.append(kind.label)
             self._name_index[kind.label] = name
-        self._nodes.append(dict(
+        cols = {f: getattr(g, f)[anchor] for f in PROVENANCE}
+        cols.update(
             op_id=self._op_base + idx - self.n0,
-            origin=g.origin[anchor],
-            rank=g.rank[anchor],
             kind=np.full(m, int(kind), np.int8),
             category=np.full(m, int(CATEGORY[kind]), np.int8),
             lane=np.broadcast_to(np.asarray(lane, np.int32), (m,)).astype(np.int32),
             dur=np.broadcast_to(np.asarray(dur, np.int64), (m,)).astype(np.int64),
             bytes=np.broadcast_to(np.asarray(nbytes, np.int64), (m,)).astype(np.int64),
-            copy_dir=g.copy_dir[anchor],
-            host_mem=g.host_mem[anchor],
             name=np.full(m, name, np.int32),
             order=(g.order[anchor] if order is None else np.broadcast_to(np.asarray(order, np.int64), (m,))).astype(
                 np.int64),
@@ -98,8 +99,8 @@ class GraphEditor:
             group=np.full(m, -1, np.int64),
             captured_start=np.full(m, -1, np.int64),
             captured_dur=np.full(m, -1, np.int64),
-            step=g.step[anchor],
-        ))
+        )
+        self._nodes.append(cols)
         self._count += m
         return idx
 
@@ -119,10 +120,8 @@ class GraphEditor:
     # -------------------------------------------------------------------------------- build
     def build(self) -> OpGraph:
         g = self.g
-        fields = ("op_id", "origin", "rank", "kind", "category", "lane", "dur", "bytes", "copy_dir", "host_mem",
-                  "name", "order", "release", "group", "captured_start", "captured_dur", "step")
         cols = {}
-        for f in fields:
+        for f in NODE_FIELDS:
             base = self.dur if (f == "dur" and self._dur is not None) else getattr(g, f)
             parts = [base] + [nd[f] for nd in self._nodes]
             cols[f] = np.concatenate(parts).astype(base.dtype, copy=False) if len(parts) > 1 else base.copy()
@@ -159,6 +158,25 @@ class GraphEditor:
             names=tuple(self._names),
             kind_names=kind_names,
         )
+
+
+def copy_in_edges(ed: GraphEditor, node: np.ndarray, head: np.ndarray) -> None:
+    """Give each ``head[i]`` a copy of every prerequisite edge of the existing node ``node[i]``
+    (with the edges' current sources and lags)."""
+    g = ed.g
+    lo, hi = g.dep_ptr[node], g.dep_ptr[node + 1]
+    cnt = hi - lo
+    if cnt.sum() == 0:
+        return
+    rep_head = np.repeat(head, cnt)
+    offs = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    e = np.repeat(lo, cnt) + offs
+    kinds = g.dep_kind[e]
+    src = ed.edge_src[e]
+    lag = ed.edge_lag[e]
+    for k in np.unique(kinds):
+        sel = kinds == k
+        ed.add_edges(src[sel], rep_head[sel], int(k), lag[sel])
 
 
 def lanes_required(lane: np.ndarray, what: str) -> None:

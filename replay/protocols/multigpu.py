@@ -36,6 +36,9 @@ class CCMultiProtocol(Protocol):
     def apply(self, graph: OpGraph, model) -> OpGraph:
         return transform_p2p(transform_cc(graph, model, self.host), model, self.p2p, self.name)
 
+    def parallel_auth_modes(self) -> frozenset[bool]:
+        return frozenset({self.host.parallel_auth, self.p2p.parallel_auth})
+
 
 _FIXES = CCOptions(direct=True, parallel_auth=True, overlap=True)
 

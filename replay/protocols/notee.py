@@ -16,10 +16,9 @@ from fastrack.schema import CopyDir, DepKind
 from replay.graph import LaneType, OpGraph
 
 from .base import Protocol
-from .cc import copy_in_edges
 from .collectives import price_plain
 from .copies import host_copies, launchers
-from .editor import GraphEditor, lanes_required
+from .editor import GraphEditor, copy_in_edges, lanes_required
 from .kinds import DerivedKind
 
 

@@ -20,10 +20,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from fastrack import __version__
 from fastrack.errors import ConfigError, PluginError
+from replay.names import CAPTURED, NONE
 from replay.study.spec import StudySpec, flatten, override_text
 
-CAPTURED = "captured"
-NONE = "none"
 SCALE_PREFIX = "scale."  # ``scale.KIND`` axes: what-if duration factors (replay.whatif), not model parameters
 
 

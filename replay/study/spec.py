@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fastrack.errors import ConfigError
+from replay.plugins import DEFAULT_MODEL
 
 PINNABLE = ("trace", "protocol", "preset")  # what a [[points]] entry may pin
 
@@ -30,7 +31,7 @@ class StudySpec:
     presets: list[str | None] = dataclasses.field(default_factory=lambda: [None])
     grid: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
     points: list[dict[str, Any]] | None = None
-    model: str = "h100"
+    model: str = DEFAULT_MODEL
     add_none: bool = True
 
 

@@ -34,6 +34,7 @@ from replay.study.points import Point, canonical_json
 META_KEY = b"fastrack.study"
 CHUNK_ROWS = 200  # points per part file (at most)
 CHUNK_SECONDS = 10.0  # ... or this long since the last part was written
+TABLE_DIGITS = 9  # the slowdown column is rounded to this many decimals
 FIXED_COLUMNS = (
     "key", "trace", "trace_sha256", "protocol", "model", "preset", "preset_digest", "params_digest",
     "fastrack_version", "none_key", "makespan_ns", "slowdown", "captured_span_ns", "ops", "nodes",
@@ -186,11 +187,12 @@ def finish_table(df, swept: Sequence[str]):
     import numpy as np
     import pandas as pd
 
+    from replay.results import slowdown
+
     df = df.drop_duplicates("key", keep="first")
     ref = df.set_index("key")["makespan_ns"]
     none = df["none_key"].map(ref) if "none_key" in df else pd.Series(np.nan, index=df.index)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        df = df.assign(slowdown=(df["makespan_ns"].astype("float64") / none.astype("float64")).round(9))
+    df = df.assign(slowdown=slowdown(df["makespan_ns"].astype("float64"), none.astype("float64"), TABLE_DIGITS))
     param_cols = sorted(c for c in df.columns if "." in c)
     cp_cols = [c for c in df.columns if c.startswith("cp_")]
     first = [c for c in FIXED_COLUMNS if c in df.columns]

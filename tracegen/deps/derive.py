@@ -7,7 +7,7 @@ blocking calls and launches blocked on a full queue (:mod:`~tracegen.deps.queue`
 (:mod:`~tracegen.deps.streams`), sync and event (:mod:`~tracegen.deps.syncs`), inferred waits
 (:mod:`~tracegen.deps.held`), collective
 (:mod:`~tracegen.deps.collectives`)), then assemble the table (:mod:`~tracegen.deps.assemble`).
-The contract and the rules are in :mod:`tracegen.dependencies` and ``docs/conventions.md``.
+The contract and the rules are in :mod:`tracegen.deps` and ``docs/conventions.md``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def no_gc() -> Iterator[None]:
 
 
 def derive_dependencies(raw: pd.DataFrame, *, path: str | None = None) -> pa.Table:
-    """Build a schema-v1 table from a raw-op frame (see :mod:`tracegen.dependencies` for the contract).
+    """Build a schema-v1 table from a raw-op frame (see :mod:`tracegen.deps` for the contract).
 
     ``path`` only labels error messages. Raises :class:`TraceFormatError` on bad input
     (negative or NaN durations, unknown kinds, no host or GPU op at all).

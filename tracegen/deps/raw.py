@@ -1,6 +1,6 @@
 """Reading the raw-op frame of an importer: defaults, typed columns, validation, annotations.
 
-The contract of the frame is in :mod:`tracegen.dependencies`. :func:`read_raw_ops` turns it into
+The contract of the frame is in :mod:`tracegen.deps`. :func:`read_raw_ops` turns it into
 :class:`RawOps`, one numpy array per column, or raises :class:`TraceFormatError`.
 """
 

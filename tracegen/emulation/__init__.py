@@ -10,8 +10,10 @@ concept:
   or ``measured`` (wall time on this machine);
 * :mod:`.function_mode` -- the ``TorchFunctionMode`` layer (``cuda`` -> ``meta``, ``is_cuda``,
   pinning, ``autocast("cuda")``, the SDPA kernel choice);
+* :mod:`.costmodel` -- the per-operator H100 cost model (GPU kernels, copies, named host costs;
+  does not import torch);
 * :mod:`.dispatch` -- the ``TorchDispatchMode`` layer: ATen operators -> kernels priced by
-  :mod:`tracegen.costmodel`, transfers, reads as D2H copies + syncs;
+  :mod:`.costmodel`, transfers, reads as D2H copies + syncs;
 * :mod:`.reads` -- the values reads of emulated GPU memory return;
 * :mod:`.tensors` -- emulated / pinned tensors, device mapping;
 * :mod:`.streams` -- ``torch.cuda.Stream`` / ``Event`` stand-ins;

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from tracegen.emulation.streams import EmuEvent, EmuStream
-from tracegen.emulation.tensors import _mark_pinned, _pinned
-from tracegen.emulation.timeline import _ACTIVE, DEFAULT_STREAM, Recorder, _active
+from tracegen.emulation.tensors import is_pinned_memory, mark_pinned
+from tracegen.emulation.timeline import DEFAULT_STREAM, Recorder, activated, active_recorder
 
 
 class _Props(types.SimpleNamespace):
@@ -35,16 +35,16 @@ class _ProfilerStub:
         return False
 
     def start(self):
-        rec = _active()
+        rec = active_recorder()
         rec.saw_explicit_step = True
         rec.explicit_step = self.step_num
 
     def stop(self):
-        _active().explicit_step = -1
+        active_recorder().explicit_step = -1
 
     def step(self):
         self.step_num += 1
-        _active().explicit_step_boundary()
+        active_recorder().explicit_step_boundary()
 
     def export_chrome_trace(self, path):
         warnings.warn("torch.profiler under tracegen capture --emulate: nothing was profiled; "
@@ -176,10 +176,10 @@ def patched_torch(rec: Recorder):
     def pin_memory(self, device=None):
         if self.is_meta:
             return orig_pin(self)
-        return _mark_pinned(self.clone())
+        return mark_pinned(self.clone())
 
     def is_pinned(self, device=None):
-        return _pinned(self) if not self.is_meta else False
+        return is_pinned_memory(self) if not self.is_meta else False
 
     patch(torch.Tensor, "pin_memory", pin_memory)
     patch(torch.Tensor, "is_pinned", is_pinned)
@@ -206,11 +206,10 @@ def patched_torch(rec: Recorder):
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     hook = register_optimizer_step_post_hook(rec.optimizer_step_done)
-    _ACTIVE.append(rec)
     try:
-        yield fmode_ref
+        with activated(rec):
+            yield fmode_ref
     finally:
-        _ACTIVE.remove(rec)
         hook.remove()
         for obj, attr, old in reversed(saved):
             if old is _MISSING:

@@ -1,6 +1,6 @@
 """The ``TorchDispatchMode`` layer (below autograd, so it sees the backward pass too): every ATen
 operator on an emulated tensor becomes GPU work on the recorder's timeline: kernels priced by
-:mod:`tracegen.costmodel`, host<->device copies, and reads of GPU values (``.item()``, ``.cpu()``)
+:mod:`tracegen.emulation.costmodel`, host<->device copies, and reads of GPU values (``.item()``, ``.cpu()``)
 as D2H copies plus host synchronisations (values from :mod:`tracegen.emulation.reads`)."""
 
 from __future__ import annotations
@@ -16,10 +16,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from fastrack.schema import CopyDir
-from tracegen import costmodel
-from tracegen.costmodel import TensorInfo
-from tracegen.emulation.reads import _default_read
-from tracegen.emulation.tensors import META, _info, _is_emu, _mark_pinned, _pinned
+from tracegen.emulation import costmodel
+from tracegen.emulation.costmodel import TensorInfo
+from tracegen.emulation.reads import default_read
+from tracegen.emulation.tensors import (
+    META,
+    is_emulated,
+    is_pinned_memory,
+    mark_pinned,
+    tensor_info,
+)
 
 if TYPE_CHECKING:
     from tracegen.emulation.timeline import Recorder
@@ -37,7 +43,7 @@ _NO_KERNEL = {
 _DATA_DEPENDENT = {aten.nonzero.default, aten.masked_select.default}
 
 
-class _DispatchMode(TorchDispatchMode):
+class DispatchMode(TorchDispatchMode):
     def __init__(self, rec: Recorder):
         super().__init__()
         self.rec = rec
@@ -62,7 +68,7 @@ class _DispatchMode(TorchDispatchMode):
         if ns == "profiler":
             return self._profiler_op(func, args, kwargs)
         flat, _ = tree_flatten((args, kwargs))
-        emu = [a for a in flat if _is_emu(a)]
+        emu = [a for a in flat if is_emulated(a)]
         dev = kwargs.get("device")
         on_gpu = bool(emu) or (dev is not None and torch.device(dev).type == "meta")
         if not on_gpu:  # the script's own CPU tensor work
@@ -75,7 +81,7 @@ class _DispatchMode(TorchDispatchMode):
             return self._to_copy(func, args, kwargs)
         if func is aten.copy_.default:
             return self._copy_(func, args, kwargs)
-        if func.overloadpacket is aten.to and _is_emu(args[0]):
+        if func.overloadpacket is aten.to and is_emulated(args[0]):
             # under inference_mode ``aten::to`` arrives whole: a move to the CPU is a D2H copy
             named = self._named_args(func, args, kwargs)
             dev = named.get("device")
@@ -133,16 +139,16 @@ class _DispatchMode(TorchDispatchMode):
         rec = self.rec
         name = func._schema.name
         flat_in, _ = tree_flatten((args, kwargs))
-        ins = [_info(a) for a in flat_in if isinstance(a, torch.Tensor)]
+        ins = [tensor_info(a) for a in flat_in if isinstance(a, torch.Tensor)]
         flat_out, _ = tree_flatten(out)
-        outs = [_info(o) for o in flat_out if isinstance(o, torch.Tensor)]
+        outs = [tensor_info(o) for o in flat_out if isinstance(o, torch.Tensor)]
         named = self._named_args(func, args, kwargs)
         extra = {k: named[k] for k in ("is_causal", "groups", "output_mask") if k in named}
         if name.startswith("aten::_foreach_") or name.startswith("aten::_fused_"):
-            extra["tensor_lists"] = [[_info(t) for t in a] for a in args
+            extra["tensor_lists"] = [[tensor_info(t) for t in a] for a in args
                                      if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
         # positional ins for gemm ops: keep optional None slots so bias/a/b positions line up
-        pos_ins = [(_info(a) if isinstance(a, torch.Tensor) else None) for a in args if isinstance(a, torch.Tensor) or a is None]
+        pos_ins = [(tensor_info(a) if isinstance(a, torch.Tensor) else None) for a in args if isinstance(a, torch.Tensor) or a is None]
         tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
         kernels = costmodel.price_op(name, pos_ins if costmodel.op_family(name) == "gemm" else ins, outs, rec.spec,
                                      args=extra, tf32=tf32, cudnn_tf32=torch.backends.cudnn.allow_tf32)
@@ -158,7 +164,7 @@ class _DispatchMode(TorchDispatchMode):
         if not src.is_meta and dst_meta:  # H2D
             out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
             nb = bool(kwargs.get("non_blocking", False))
-            rec.memcpy(CopyDir.H2D, src.numel() * src.element_size(), _pinned(src), nb, "aten::_to_copy")
+            rec.memcpy(CopyDir.H2D, src.numel() * src.element_size(), is_pinned_memory(src), nb, "aten::_to_copy")
             return out
         if src.is_meta and dev is not None and torch.device(dev).type == "cpu":  # D2H
             dtype = kwargs.get("dtype") or src.dtype
@@ -166,7 +172,7 @@ class _DispatchMode(TorchDispatchMode):
             pinned = bool(kwargs.get("pin_memory", False))
             rec.memcpy(CopyDir.D2H, src.numel() * src.element_size(), pinned, nb, "aten::_to_copy")
             out = torch.full(tuple(src.shape), self._read_value(src, dtype), dtype=dtype)
-            return _mark_pinned(out) if pinned else out
+            return mark_pinned(out) if pinned else out
         out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
         if src.is_meta and isinstance(out, torch.Tensor) and out.is_meta and out.dtype != src.dtype:
             self._price(func, args, kwargs, out)
@@ -179,10 +185,10 @@ class _DispatchMode(TorchDispatchMode):
         dst, src = args[0], args[1]
         nb = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
         if dst.is_meta and not src.is_meta:
-            rec.memcpy(CopyDir.H2D, src.numel() * src.element_size(), _pinned(src), nb, "aten::copy_")
+            rec.memcpy(CopyDir.H2D, src.numel() * src.element_size(), is_pinned_memory(src), nb, "aten::copy_")
             return dst
         if not dst.is_meta and src.is_meta:
-            rec.memcpy(CopyDir.D2H, src.numel() * src.element_size(), _pinned(dst), nb, "aten::copy_")
+            rec.memcpy(CopyDir.D2H, src.numel() * src.element_size(), is_pinned_memory(dst), nb, "aten::copy_")
             dst.fill_(self._read_value(src, dst.dtype))
             return dst
         out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
@@ -195,7 +201,7 @@ class _DispatchMode(TorchDispatchMode):
 
     def _read_value(self, t: torch.Tensor, dtype: torch.dtype):
         ref = self.all_results.get(id(t))
-        return _default_read(dtype, produced_by_all=ref is not None and ref() is t)
+        return default_read(dtype, produced_by_all=ref is not None and ref() is t)
 
     def _read_scalar(self, t: torch.Tensor):
         # PyTorch copies a scalar read into a pinned staging buffer, then synchronises the stream
@@ -212,7 +218,7 @@ class _DispatchMode(TorchDispatchMode):
 
         def up(a):
             if isinstance(a, torch.Tensor) and not a.is_meta and a.dim() > 0:
-                rec.memcpy(CopyDir.H2D, a.numel() * a.element_size(), _pinned(a), True, func._schema.name)
+                rec.memcpy(CopyDir.H2D, a.numel() * a.element_size(), is_pinned_memory(a), True, func._schema.name)
                 return a.to(META)
             return a
 

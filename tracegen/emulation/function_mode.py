@@ -12,7 +12,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
-from tracegen.emulation.tensors import META, _is_cuda_device, _map_device, _mark_pinned
+from tracegen.emulation.tensors import META, is_cuda_device, map_device, mark_pinned
 
 if TYPE_CHECKING:
     from tracegen.emulation.timeline import Recorder
@@ -60,7 +60,7 @@ def _sdp_choice(q, k, mask) -> int:
     return _SDP_MATH
 
 
-class _FunctionMode(TorchFunctionMode):
+class FunctionMode(TorchFunctionMode):
     def __init__(self, rec: Recorder):
         super().__init__()
         self.rec = rec
@@ -88,7 +88,7 @@ class _FunctionMode(TorchFunctionMode):
             nb = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
             return rec.counted(args[0].to, META, non_blocking=nb)
         if func is torch.Tensor.to:
-            args = tuple(_map_device(a) if i > 0 else a for i, a in enumerate(args))
+            args = tuple(map_device(a) if i > 0 else a for i, a in enumerate(args))
             if len(args) > 1 and isinstance(args[1], int) and not isinstance(args[1], bool):
                 args = (args[0], META) + args[2:]
         pin = kwargs.get("pin_memory")
@@ -96,7 +96,7 @@ class _FunctionMode(TorchFunctionMode):
             dev = kwargs["device"]
             if isinstance(dev, int) and not isinstance(dev, bool):
                 dev = "cuda"
-            if _is_cuda_device(dev):
+            if is_cuda_device(dev):
                 if func in _DATA_FACTORIES:
                     kw = dict(kwargs)
                     kw.pop("device")
@@ -106,7 +106,7 @@ class _FunctionMode(TorchFunctionMode):
         if pin:
             kwargs = dict(kwargs)
             kwargs.pop("pin_memory")
-            return _mark_pinned(rec.counted(func, *args, **kwargs))
+            return mark_pinned(rec.counted(func, *args, **kwargs))
         if (func in _AUTOCAST_LOW or func in _AUTOCAST_FP32) and torch.is_autocast_enabled("cuda"):
             args, kwargs = self._autocast(func, args, kwargs)
             with _autocast_off():

@@ -12,7 +12,7 @@ READ_BOOL = False
 READ_ALL = True  # the result of torch.all / Tensor.all
 
 
-def _default_read(dtype: torch.dtype, produced_by_all: bool = False):
+def default_read(dtype: torch.dtype, produced_by_all: bool = False):
     if dtype == torch.bool:
         return READ_ALL if produced_by_all else READ_BOOL
     if dtype.is_floating_point or dtype.is_complex:

@@ -7,8 +7,8 @@ import contextlib
 import warnings
 
 from tracegen.emulation.cuda_api import patched_torch
-from tracegen.emulation.dispatch import _DispatchMode
-from tracegen.emulation.function_mode import _FunctionMode
+from tracegen.emulation.dispatch import DispatchMode
+from tracegen.emulation.function_mode import FunctionMode
 from tracegen.emulation.gradmarks import install_grad_markers
 from tracegen.emulation.hosttime import calibrate
 from tracegen.emulation.timeline import Recorder
@@ -25,9 +25,9 @@ def emulated_gpu(rec: Recorder):
     preload()
     with patched_torch(rec) as fmode_ref, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*meta.*")
-        fmode = _FunctionMode(rec)
+        fmode = FunctionMode(rec)
         fmode_ref.append(fmode)
-        dmode = _DispatchMode(rec)
+        dmode = DispatchMode(rec)
         if rec.clock.measured:
             rec.clock.intercept_ns = calibrate(rec, fmode, dmode)
         remove_hooks = rec.clock.install_hooks()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from tracegen.emulation.timeline import _active
+from tracegen.emulation.timeline import active_recorder
+
 
 class EmuEvent:
     """Stand-in for ``torch.cuda.Event``."""
@@ -17,13 +18,13 @@ class EmuEvent:
         self.enable_timing = enable_timing
 
     def record(self, stream=None):
-        _active().event_record(self, stream)
+        active_recorder().event_record(self, stream)
 
     def wait(self, stream=None):
-        _active().stream_wait_event(stream, self)
+        active_recorder().stream_wait_event(stream, self)
 
     def synchronize(self):
-        _active().event_sync(self)
+        active_recorder().event_sync(self)
 
     def query(self) -> bool:
         return True
@@ -39,7 +40,7 @@ class EmuStream:
     """Stand-in for ``torch.cuda.Stream``."""
 
     def __init__(self, device=None, priority: int = 0, *, _stream_id: int | None = None, **_kw):
-        self.stream_id = _stream_id if _stream_id is not None else _active().new_stream_id()
+        self.stream_id = _stream_id if _stream_id is not None else active_recorder().new_stream_id()
         self.priority = priority
         self.device = torch.device("cuda", 0)
         self.device_index = 0
@@ -63,7 +64,7 @@ class EmuStream:
         return event
 
     def synchronize(self):
-        _active().stream_sync(self.stream_id)
+        active_recorder().stream_sync(self.stream_id)
 
     def query(self) -> bool:
         return True
@@ -81,12 +82,12 @@ class EmuStream:
         return f"<torch.cuda.Stream device=cuda:0 cuda_stream={self.stream_id} (emulated)>"
 
     def __enter__(self):
-        rec = _active()
+        rec = active_recorder()
         self._prev = rec.current_stream
         rec.current_stream = self
         return self
 
     def __exit__(self, *exc):
-        _active().current_stream = self._prev
+        active_recorder().current_stream = self._prev
         return False
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from tracegen.costmodel import TensorInfo
+from tracegen.emulation.costmodel import TensorInfo
 
 META = torch.device("meta")
 
 
-def _is_cuda_device(d) -> bool:
+def is_cuda_device(d) -> bool:
     if isinstance(d, torch.device):
         return d.type == "cuda"
     if isinstance(d, str):
@@ -18,19 +18,19 @@ def _is_cuda_device(d) -> bool:
     return False
 
 
-def _map_device(d):
-    return META if _is_cuda_device(d) else d
+def map_device(d):
+    return META if is_cuda_device(d) else d
 
 
-def _info(t: torch.Tensor) -> TensorInfo:
+def tensor_info(t: torch.Tensor) -> TensorInfo:
     return TensorInfo(tuple(t.shape), str(t.dtype).replace("torch.", ""), bool(t.is_contiguous()))
 
 
-def _is_emu(t) -> bool:
+def is_emulated(t) -> bool:
     return isinstance(t, torch.Tensor) and t.is_meta
 
 
-def _pinned(t: torch.Tensor) -> bool:
+def is_pinned_memory(t: torch.Tensor) -> bool:
     while t is not None:
         if getattr(t, "_fastrack_pinned", False):
             return True
@@ -38,7 +38,7 @@ def _pinned(t: torch.Tensor) -> bool:
     return False
 
 
-def _mark_pinned(t):
+def mark_pinned(t):
     if isinstance(t, torch.Tensor):
         t._fastrack_pinned = True
     return t

@@ -1,17 +1,20 @@
 """The virtual timeline of one emulated capture: host ops on the main thread, GPU ops on
 in-order streams, and the composite actions (kernel launch, memcpy, memset, synchronisation,
-events) the emulator's layers emit. Durations come from :mod:`tracegen.costmodel`; how host time
-advances between the emulator's handlers is :mod:`tracegen.emulation.hosttime`."""
+events) the emulator's layers emit. Durations come from :mod:`tracegen.emulation.costmodel`; how
+host time advances between the emulator's handlers is :mod:`tracegen.emulation.hosttime`. The
+recorder the patched ``torch.cuda`` surface talks to is the innermost :func:`activated` one
+(:func:`active_recorder`)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
-from tracegen import costmodel
-from tracegen.costmodel import GpuSpec
+from tracegen.emulation import costmodel
+from tracegen.emulation.costmodel import GpuSpec
 from tracegen.emulation.hosttime import HostClock
 
 if TYPE_CHECKING:
@@ -45,10 +48,21 @@ class _Op:
 _ACTIVE: list["Recorder"] = []
 
 
-def _active() -> "Recorder":
+def active_recorder() -> "Recorder":
+    """The recorder of the innermost active emulated GPU."""
     if not _ACTIVE:
         raise RuntimeError("no emulated GPU is active")
     return _ACTIVE[-1]
+
+
+@contextlib.contextmanager
+def activated(rec: "Recorder") -> Iterator["Recorder"]:
+    """Make ``rec`` the :func:`active_recorder` inside the block."""
+    _ACTIVE.append(rec)
+    try:
+        yield rec
+    finally:
+        _ACTIVE.remove(rec)
 
 
 class Recorder:
@@ -68,7 +82,7 @@ class Recorder:
         self.stream_pending_events: dict[int, list[int]] = {}
         self.stream_ready: dict[int, int] = {}
         self._next_stream = DEFAULT_STREAM + 6
-        self.default_stream = None  # created lazily (needs _ACTIVE)
+        self.default_stream = None  # created lazily (needs an activated recorder)
         self.current_stream = None
         self.correlation = 0
         self.opt_steps = 0

@@ -1,8 +1,10 @@
 """Import PyTorch profiler (Kineto) Chrome-trace JSON files.
 
-``read_kineto(paths)`` returns ``(raw, metadata)``: a raw-op frame following the contract of
-:mod:`tracegen.dependencies` and whitelisted metadata; ``import_kineto(paths)`` also runs
-:func:`tracegen.dependencies.derive_dependencies` and returns ``(table, metadata)``.
+``read(paths)`` returns a :class:`~tracegen.importers.common.RawImport`: a raw-op frame following
+the contract of :mod:`tracegen.deps` and whitelisted metadata; ``sniff(path)`` tells a Kineto input
+(both are the Kineto entry of :data:`tracegen.importers.FORMATS`). ``read_kineto(paths)`` returns
+``(raw, metadata)``; ``import_kineto(paths)`` also runs :func:`tracegen.deps.derive_dependencies`
+and returns ``(table, metadata)``.
 
 Reading: plain or gzip JSON (gzip detected by its magic bytes, not by the file name). The top
 level before ``traceEvents`` is parsed token by token and only whitelisted keys are built; the
@@ -43,22 +45,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+import ijson
 import numpy as np
 import pandas as pd
 
 from fastrack.errors import TraceFormatError
 from fastrack.schema import CopyDir, HostMem, OpKind
-from tracegen.dependencies import derive_dependencies, no_gc
-
-import ijson
+from tracegen.deps import derive_dependencies, no_gc
+from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
 
 try:  # the C backend is ~10x faster than the pure-Python one; ijson picks it by default
     _backend = ijson.get_backend("yajl2_c")
 except ImportError:  # pragma: no cover - depends on the installation
     _backend = ijson
 
-GZIP_MAGIC = b"\x1f\x8b"
-SQLITE_MAGIC = b"SQLite format 3\x00"
 CHUNK = 1 << 18
 _TAIL_LIMIT = 64 << 20
 
@@ -113,22 +113,17 @@ _HEAD_KEYS = {"deviceProperties", "distributedInfo", *_VERSION_KEYS}
 # --------------------------------------------------------------------------- file access
 
 
-def sniff(path: str | os.PathLike) -> bytes:
-    """The first 16 bytes of a file (TraceFormatError when it cannot be read)."""
-    p = str(path)
-    if not os.path.exists(p):
-        raise TraceFormatError("no such file", path=p)
-    if os.path.isdir(p):
-        raise TraceFormatError("is a directory, expected a trace file", path=p)
-    try:
-        with open(p, "rb") as f:
-            return f.read(16)
-    except OSError as exc:
-        raise TraceFormatError(f"cannot read file ({exc.strerror or exc})", path=p) from None
+def sniff(path: str | os.PathLike) -> bool:
+    """Whether ``path`` looks like Kineto input: a directory (of rank files), or a file that starts
+    like gzip or like a JSON object/array. Raises :class:`TraceFormatError` when it cannot be read."""
+    if os.path.isdir(path):
+        return True
+    head = read_head(path)
+    return head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"[")
 
 
 def _open(path: str):
-    head = sniff(path)
+    head = read_head(path)
     if not head:
         raise TraceFormatError("empty file", path=path)
     if head.startswith(SQLITE_MAGIC):
@@ -703,15 +698,7 @@ def expand_inputs(paths: Iterable[str | os.PathLike]) -> list[str]:
     return out
 
 
-@dataclass
-class KinetoImport:
-    raw: pd.DataFrame
-    metadata: dict[str, Any]
-    num_events: int
-    files: list[str]
-
-
-def load_kineto(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> KinetoImport:
+def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
     """Parse Kineto files (or directories of them) into a raw-op frame and whitelisted metadata."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -735,7 +722,7 @@ def load_kineto(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> Kinet
         raise TraceFormatError(f"files come from jobs of different world sizes: {desc}")
     raw = pd.concat(frames, ignore_index=True, sort=False)
     meta = _metadata(datas, raw, sizes)
-    return KinetoImport(raw=raw, metadata=meta, num_events=sum(fd.num_events for fd in datas), files=files)
+    return RawImport(raw=raw, metadata=meta, num_events=sum(fd.num_events for fd in datas), files=files)
 
 
 def _metadata(datas: list[_FileData], raw: pd.DataFrame, sizes: set[int]) -> dict[str, Any]:
@@ -778,16 +765,16 @@ def _metadata(datas: list[_FileData], raw: pd.DataFrame, sizes: set[int]) -> dic
 
 
 def read_kineto(paths) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``(raw ops, metadata)`` of Kineto trace file(s); see :mod:`tracegen.dependencies`."""
-    imp = load_kineto(paths)
+    """``(raw ops, metadata)`` of Kineto trace file(s); see :mod:`tracegen.deps`."""
+    imp = read(paths)
     return imp.raw, imp.metadata
 
 
 def import_kineto(paths) -> tuple[Any, dict[str, Any]]:
     """``(pyarrow table of schema v1, metadata)`` of Kineto trace file(s)."""
-    imp = load_kineto(paths)
+    imp = read(paths)
     label = imp.files[0] if len(imp.files) == 1 else None
     return derive_dependencies(imp.raw, path=label), imp.metadata
 
 
-__all__ = ["read_kineto", "load_kineto", "import_kineto", "expand_inputs", "KinetoImport", "sniff"]
+__all__ = ["sniff", "read", "read_kineto", "import_kineto", "expand_inputs"]

@@ -1,8 +1,10 @@
 """Import an Nsight Systems SQLite export (``nsys export --type sqlite``) as raw ops.
 
 :func:`read_nsys` returns a pandas frame of *raw ops* (one row per CUDA runtime/driver call and
-per GPU kernel, memcpy, memset or NCCL kernel) plus whitelisted metadata. It derives no
-dependencies: :func:`tracegen.dependencies.derive_dependencies` turns the raw ops into the
+per GPU kernel, memcpy, memset or NCCL kernel) plus whitelisted metadata; :func:`read` does so for
+several files (one per rank) and, with :func:`sniff`, is the Nsight entry of
+:data:`tracegen.importers.FORMATS`. It derives no
+dependencies: :func:`tracegen.deps.derive_dependencies` turns the raw ops into the
 schema-v1 table (flattening nested calls, adding CPU gap ops and all dependency edges), guided
 by the hint columns filled here. ``docs/import-nsys.md`` describes the mapping.
 
@@ -25,18 +27,17 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from fastrack.errors import TraceFormatError
 from fastrack.schema import OpKind
+from tracegen.importers.common import SQLITE_MAGIC, RawImport, read_head
 
 SOURCE_FORMAT = "nsys-sqlite"
 CAPTURE_TOOL = "nsys"
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -77,6 +78,38 @@ _DIR_ABBREV = {"H2D": "HtoD", "D2H": "DtoH", "D2D": "DtoD", "P2P": "PtoP"}
 # --------------------------------------------------------------------------- public entry
 
 
+def sniff(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a file that starts with the SQLite header. Raises
+    :class:`TraceFormatError` when it cannot be read."""
+    return not os.path.isdir(path) and read_head(path).startswith(SQLITE_MAGIC)
+
+
+def read(paths: Sequence[str | os.PathLike]) -> RawImport:
+    """The raw ops of one or more Nsight SQLite exports (one per rank) as one frame. A rank met in
+    two files is an error naming both."""
+    paths = [str(p) for p in paths]
+    raws, metas, seen = [], [], {}
+    for p in paths:
+        if os.path.isdir(p):
+            raise TraceFormatError("is a directory; --format nsys takes SQLite files", path=p)
+        if not os.path.exists(p):
+            raise TraceFormatError("no such file", path=p)
+    for p in paths:
+        raw, meta = read_nsys(p)
+        for r in sorted(set(raw["rank"].tolist()) if "rank" in raw and len(raw) else {0}):
+            if r in seen:
+                raise TraceFormatError(f"rank {r} appears twice: in {seen[r]} and in {p}", path=p)
+            seen[r] = p
+        raws.append(raw)
+        metas.append(dict(meta or {}))
+    raw = pd.concat(raws, ignore_index=True, sort=False) if len(raws) > 1 else raws[0]
+    meta = metas[0]
+    if len(metas) > 1:
+        meta["source_files"] = [Path(p).name for p in paths]
+        meta["ranks"] = sorted(seen)
+    return RawImport(raw=raw, metadata=meta, num_events=len(raw), files=paths)
+
+
 def read_nsys(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Read an Nsight Systems SQLite export. Returns ``(raw_ops, metadata)``.
 
@@ -105,8 +138,7 @@ def _check_sqlite_file(path: str) -> None:
         raise TraceFormatError("no such file", path=path)
     if os.path.isdir(path):
         raise TraceFormatError("is a directory, expected an Nsight Systems SQLite export", path=path)
-    with open(path, "rb") as fh:
-        head = fh.read(100)
+    head = read_head(path, 100)
     if head.startswith(SQLITE_MAGIC):
         if len(head) < 100:
             raise TraceFormatError("truncated SQLite database (header incomplete)", path=path)
@@ -118,7 +150,7 @@ def _check_sqlite_file(path: str) -> None:
             "run `nsys export --type sqlite` on it first",
             path=path,
         )
-    what = "an empty file" if not head else f"starts with {head[:16]!r}"
+    what = "an empty file" if not head else "no SQLite header"  # never echo the file's bytes
     raise TraceFormatError(
         f"not an SQLite database ({what}); expected an Nsight Systems export "
         "made with `nsys export --type sqlite`",

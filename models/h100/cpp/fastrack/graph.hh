@@ -3,7 +3,7 @@
 // The graph is the *transformed* graph of a replay (replay.graph.OpGraph after the protocol
 // transform): per node its lane, duration, order key, release time and barrier group; the
 // dependencies in CSR form grouped by the dependent node, each with a kind and a lag (ns).
-// docs/gem5.md documents the binary layout; replay/export_gem5.py writes it.
+// docs/gem5.md documents the binary layout; replay/graphfile.py writes it.
 //
 // Reading validates everything a scheduler relies on (magic, version, counts against the file
 // size, references, value ranges) and throws fastrack::FormatError with a message naming the

@@ -21,9 +21,13 @@ import click
 
 from fastrack.atomic import atomic_path
 from fastrack.cli_support import reports_errors
-from fastrack.errors import ConfigError, FastrackError
-from replay import sweep as sw
-from replay.study.spec import override_text
+from fastrack.errors import ConfigError
+from replay.names import CAPTURED
+from replay.options import executor_options, model_options
+from replay.plugins import DEFAULT_MODEL
+from replay.study.executors import batches, execute, open_executor
+from replay.study.points import ModelResolver, check_protocols, file_sha256, make_point
+from replay.study.spec import override_text, split_values
 
 DEFAULT_FACTORS = "0.5,2"
 
@@ -34,7 +38,7 @@ def _perturb(value: Any, factor: float) -> Any:
     return float(value) * factor
 
 
-def sensitivity(trace: str, protocol: str, model: str = "h100", preset: str | None = None,
+def sensitivity(trace: str, protocol: str, model: str = DEFAULT_MODEL, preset: str | None = None,
                 overrides: Sequence[str] = (), factors: Sequence[float] = (0.5, 2.0), executor: str | None = None,
                 jobs: int | None = None, progress: bool | None = False):
     """One row per (parameter, factor), ranked; returns a pandas DataFrame (baseline in attrs)."""
@@ -45,13 +49,13 @@ def sensitivity(trace: str, protocol: str, model: str = "h100", preset: str | No
     for f in factors:
         if not (f > 0 and math.isfinite(f)) or f == 1:
             raise ConfigError(f"--factors: {f:g} is not a useful factor (give positive numbers other than 1)")
-    if protocol != sw.CAPTURED:
-        sw.check_protocols([protocol])
-    resolver = sw.ModelResolver(model)
+    if protocol != CAPTURED:
+        check_protocols([protocol])
+    resolver = ModelResolver(model)
     fixed = tuple(sorted(overrides))
     resolver.check_names([o.partition("=")[0] for o in fixed], preset)
-    sha = sw.file_sha256(trace)
-    base_point = sw.make_point(resolver, trace, sha, protocol, preset, fixed)
+    sha = file_sha256(trace)
+    base_point = make_point(resolver, trace, sha, protocol, preset, fixed)
     base_flat = base_point.resolved.flat
     fixed_names = {o.partition("=")[0] for o in fixed}
     rows: list[dict[str, Any]] = []
@@ -71,7 +75,7 @@ def sensitivity(trace: str, protocol: str, model: str = "h100", preset: str | No
                 row["value"] = float(new)
                 ovr = tuple(sorted([o for o in fixed if o.partition("=")[0] != name] + [override_text(name, new)]))
                 try:
-                    pt = sw.make_point(resolver, trace, sha, protocol, preset, ovr)
+                    pt = make_point(resolver, trace, sha, protocol, preset, ovr)
                 except ConfigError as exc:
                     row["status"] = f"rejected: {str(exc).splitlines()[0]}"
                 else:
@@ -85,7 +89,7 @@ def sensitivity(trace: str, protocol: str, model: str = "h100", preset: str | No
     unique = list({p.key: p for p in points}.values())
     from tqdm import tqdm
 
-    with sw.open_executor(executor, jobs) as (ex, workers, _desc):
+    with open_executor(executor, jobs) as (ex, workers, _desc):
         bar = tqdm(total=len(unique), unit="pt", desc="sensitivity",
                    disable=(None if progress is None else not progress))
 
@@ -95,7 +99,7 @@ def sensitivity(trace: str, protocol: str, model: str = "h100", preset: str | No
             bar.update(len(results))
 
         try:
-            sw.execute(sw.batches(unique, workers), ex, workers, on_result)
+            execute(batches(unique, workers), ex, workers, on_result)
         finally:
             bar.close()
     base = makespan[base_point.key]
@@ -195,7 +199,7 @@ def plot_tornado(df, path: str, top: int = 20) -> None:
 
 def _factors(text: str) -> list[float]:
     out = []
-    for v in sw.split_values(text, "--factors"):
+    for v in split_values(text, "--factors"):
         try:
             out.append(float(v))
         except ValueError:
@@ -206,16 +210,12 @@ def _factors(text: str) -> list[float]:
 @click.command("sensitivity")
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--protocol", required=True, help="Protocol to study (e.g. baseline, fastrack).")
-@click.option("--model", default="h100", show_default=True)
-@click.option("--preset", default=None, help="Preset around which to perturb (default: the model's).")
-@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE", help="Fix a parameter first.")
+@model_options
 @click.option("--factors", default=DEFAULT_FACTORS, show_default=True, help="Multiplicative perturbations.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the table (.parquet).")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a tornado chart (.png/.svg).")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Parameters shown.")
-@click.option("--executor", default="local", show_default=True, metavar="local|dask://HOST:PORT")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Local worker processes.")
-@click.option("--progress/--no-progress", default=None)
+@executor_options
 @reports_errors
 def command(trace, protocol, model, preset, overrides, factors, output, plot, top, executor, jobs, progress):
     """Rank model parameters by their effect on TRACE's makespan under PROTOCOL (one at a time)."""
@@ -230,4 +230,4 @@ def command(trace, protocol, model, preset, overrides, factors, output, plot, to
     click.echo(format_table(df, top))
 
 
-__all__ = ["sensitivity", "format_table", "plot_tornado", "write_table", "FastrackError"]
+__all__ = ["sensitivity", "format_table", "plot_tornado", "write_table"]

@@ -13,9 +13,9 @@ Results: one Parquet table, one row per point, resumable after an interruption (
 same command skips every finished point); executors: a local process pool or a Dask cluster.
 
 This module runs a study (:func:`run_sweep`) and holds the ``replay sweep`` command; the parts
-live in :mod:`replay.study`: ``spec`` (study definition and file), ``points`` (planning, keys,
-fingerprint), ``worker`` and ``executors`` (where points run), ``store`` (parts, compaction,
-table layout). Their names used by other modules are re-exported here.
+are its sibling modules in :mod:`replay.study`: ``spec`` (study definition and file), ``points``
+(planning, keys, fingerprint), ``worker`` and ``executors`` (where points run), ``store`` (parts,
+compaction, table layout). Import their names from the module that defines them.
 """
 
 from __future__ import annotations
@@ -31,23 +31,18 @@ import click
 from fastrack import __version__
 from fastrack.cli_support import reports_errors
 from fastrack.errors import ConfigError
-from replay.study.executors import DASK_TIMEOUT_S, InlineExecutor, batches, dask_address, execute, open_executor
-from replay.study.points import (
-    CAPTURED, NONE, ModelResolver, Plan, Point, Resolved, check_protocols, file_sha256, make_point, plan_study,
+from replay.names import NONE
+from replay.options import (
+    dask_timeout_option, executor_options, study_model_option, study_presets_option, sweep_set_option,
 )
+from replay.plugins import DEFAULT_MODEL
+from replay.study.executors import DASK_TIMEOUT_S, batches, execute, open_executor
+from replay.study.points import plan_study
 from replay.study.spec import StudySpec, load_study_file, parse_set_options, split_values
-from replay.study.store import (
-    CHUNK_ROWS, CHUNK_SECONDS, FIXED_COLUMNS, META_KEY, ResultStore, finish_table, make_row,
-)
-from replay.study.worker import GRAPH_CACHE_SIZE, run_batch
+from replay.study.store import CHUNK_ROWS, ResultStore, make_row
+from replay.study.worker import run_batch
 
-__all__ = [  # the study API, re-exported from replay.study (``from replay import sweep as sw``)
-    "CAPTURED", "CHUNK_ROWS", "CHUNK_SECONDS", "DASK_TIMEOUT_S", "FIXED_COLUMNS", "GRAPH_CACHE_SIZE", "META_KEY",
-    "NONE", "InlineExecutor", "ModelResolver", "Plan", "Point", "Resolved", "ResultStore", "StudySpec",
-    "SweepReport", "batches", "build_spec", "check_protocols", "command", "dask_address", "execute",
-    "file_sha256", "finish_table", "load_study_file", "make_point", "make_row", "open_executor",
-    "parse_set_options", "plan_study", "run_batch", "run_sweep", "split_values",
-]
+__all__ = ["SweepReport", "build_spec", "command", "run_sweep"]
 
 # ---------------------------------------------------------------------------------------------
 # The study as a library call
@@ -145,7 +140,7 @@ def build_spec(traces: Sequence[str], study: str | None, protocols: Sequence[str
         presets=(_comma_list(presets, "--preset") if presets else base.get("presets")) or [None],
         grid=grid,
         points=base.get("points"),
-        model=model or base.get("model", "h100"),
+        model=model or base.get("model", DEFAULT_MODEL),
         add_none=base.get("add_none", True) if add_none is None else add_none,
     )
     return spec, base.get("output")
@@ -155,25 +150,18 @@ def build_spec(traces: Sequence[str], study: str | None, protocols: Sequence[str
 @click.argument("traces", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--study", type=click.Path(dir_okay=False), help="Study file (TOML; see docs/studies.md).")
 @click.option("--protocols", multiple=True, metavar="P1,P2,...", help="Protocols to run (comma-separated).")
-@click.option("--preset", "presets", multiple=True, metavar="NAME[,NAME...]", help="Presets (comma = several).")
-@click.option("--model", default=None, help="Hardware model plug-in (default h100).")
-@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=V1[,V2...]",
-              help="Parameter values to sweep; a comma separates values; A+B=... sets A and B together "
-                   "(repeatable, one axis each).")
+@study_presets_option
+@study_model_option
+@sweep_set_option
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Results table (.parquet).")
-@click.option("--executor", default="local", show_default=True, metavar="local|dask://HOST:PORT",
-              help="Local process pool, or an existing Dask distributed scheduler.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-              help="Local worker processes (default: CPU count; 1 = this process).")
+@executor_options
 @click.option("--overwrite", is_flag=True, help="Replace an output written by a different study.")
 @click.option("--add-none/--no-add-none", default=None,
-              help="Add the 'none' point each slowdown needs when missing (default on).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
-@click.option("--dask-timeout", type=float, default=DASK_TIMEOUT_S, show_default=True,
-              help="Seconds to wait for the Dask scheduler.")
+              help=f"Add the '{NONE}' point each slowdown needs when missing (default on).")
+@dask_timeout_option
 @reports_errors
-def command(traces, study, protocols, presets, model, overrides, output, executor, jobs, overwrite, add_none,
-            progress, dask_timeout):
+def command(traces, study, protocols, presets, model, overrides, output, executor, jobs, progress, overwrite,
+            add_none, dask_timeout):
     """Run a study: TRACES x protocols x presets x parameter values, one Parquet row per point.
 
     'none' is added where a slowdown needs it. Format of study files and of the table:

@@ -159,10 +159,11 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
 @click.option("--hue", default="protocol", show_default=True, metavar="COLUMN", help="One colour per value.")
 @click.option("--facet", default=None, metavar="COLUMN", help="One panel per value.")
 @click.option("--where", multiple=True, metavar="COLUMN=VALUE", help="Keep only matching rows (repeatable).")
-@click.option("--kind", type=click.Choice(["line", "scatter"]), default="line", show_default=True)
-@click.option("--logx", is_flag=True)
-@click.option("--logy", is_flag=True)
-@click.option("--title", default=None)
+@click.option("--kind", type=click.Choice(["line", "scatter"]), default="line", show_default=True,
+              help="Lines through the points, or the points alone.")
+@click.option("--logx", is_flag=True, help="Logarithmic x axis.")
+@click.option("--logy", is_flag=True, help="Logarithmic y axis.")
+@click.option("--title", default=None, help="Figure title (default: no title).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Figure (.png, .svg, .pdf).")
 @reports_errors
 def command(results, x, y, hue, facet, where, kind, logx, logy, title, output):

@@ -3,13 +3,10 @@ h100_qwen1.5_0.5b_chat: base model without LM head, bf16, batch 16 x 559 tokens,
 inference mode), one forward per ``ProfilerStep#N``. Written for a CUDA GPU; random weights."""
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from models import CONFIGS, Llama  # noqa: E402
+from toy_models import CONFIGS, Llama
 
 p = argparse.ArgumentParser()
 p.add_argument("--batch", type=int, default=16)

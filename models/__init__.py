@@ -1,1 +1,0 @@
-"""Hardware models of the replay, one sub-package each (installed as ``fastrack_models``)."""

@@ -1,0 +1,52 @@
+"""What every importer shares: the shape of its result, a file's first bytes, the magic numbers.
+
+Every importer module exposes two functions of the same shape (the table
+:data:`tracegen.importers.FORMATS` maps each format name to them):
+
+* ``sniff(path) -> bool``: whether ``path`` (a file, or a directory where the format takes one)
+  holds this format, judged from the first bytes (:func:`read_head`);
+* ``read(paths) -> RawImport``: the raw ops of all ``paths`` (the frame contract of
+  :mod:`tracegen.deps`), the whitelisted metadata, the number of records read and the files read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from fastrack.errors import TraceFormatError
+from fastrack.outputs import check_input_path
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+HEAD_BYTES = 16
+
+
+@dataclass
+class RawImport:
+    """What an importer's ``read`` returns."""
+
+    raw: pd.DataFrame  # raw ops (tracegen.deps contract)
+    metadata: dict[str, Any]  # whitelisted metadata
+    num_events: int  # records read from the input(s)
+    files: list[str]  # the files read (a directory expanded)
+
+
+def read_head(path: str | os.PathLike, n: int = HEAD_BYTES) -> bytes:
+    """The first ``n`` bytes of a regular file (fewer if it is shorter). Raises
+    :class:`TraceFormatError` when the path is missing, is not a regular file or cannot be read."""
+    p = str(path)
+    if os.path.isdir(p):
+        raise TraceFormatError("is a directory, expected a trace file", path=p)
+    check_input_path(p)
+    try:
+        with open(p, "rb") as f:
+            return f.read(n)
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read file ({exc.strerror or exc})", path=p) from None
+
+
+__all__ = ["RawImport", "read_head", "GZIP_MAGIC", "SQLITE_MAGIC", "HEAD_BYTES"]
