@@ -10,8 +10,8 @@ durations reproduces the trace when its dependencies are complete (docs/fidelity
   launch latency, estimated from the ops that really were launch-bound; never an op's own
   queueing delay (:mod:`replay.causal`);
 * **stream order** (STREAM edges): a GPU op queued behind its predecessor starts when it ends,
-  plus the measured back-to-back gap when that gap is within ``BACK_TO_BACK_MAX_NS``, else the
-  rank's typical gap; measured overlap (negative gap) is kept;
+  plus the measured back-to-back gap when the op was queued (its launch had arrived) and the gap
+  is within ``BACK_TO_BACK_MAX_NS``, else the rank's typical gap; measured overlap is kept;
 * **CPU gaps** (PROGRAM edges): any idle time between a host op and the later of its
   prerequisites is kept as a lag (importers normally fill it with explicit ``cpu`` ops already);
 * **waiting is an edge, never a duration**: a blocking call (``sync`` op) keeps only the part
@@ -246,9 +246,16 @@ def _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, rank,
     si = np.flatnonzero(is_s)
     s_rank = rank[dst_e[si]].astype(np.int64)
     g = gap[si]
-    b2b = (g >= 0) & (g <= causal.BACK_TO_BACK_MAX_NS)
+    # a gap is the GPU's own back-to-back gap only when the op was queued behind its predecessor:
+    # its launch (call start + the rank's latency) had arrived by the time the predecessor ended.
+    # An op whose launch arrived later was launch-bound; its gap says when the host launched it,
+    # which a what-if that changes the host must not keep.
+    launch_arrival = _segment_max(np.where(is_l, start[src_e] + lag, _NONE), dep_ptr, _NONE)
+    queued = launch_arrival[dst_e[si]] <= finish[src_e[si]]
+    b2b = (g >= 0) & (g <= causal.BACK_TO_BACK_MAX_NS) & queued
     typical = causal.per_rank_percentile(s_rank[b2b], g[b2b], 50.0)
-    lag[si] = np.where(g <= causal.BACK_TO_BACK_MAX_NS, g, np.minimum(g, causal.lookup(typical, s_rank)))
+    keep = (g < 0) | b2b
+    lag[si] = np.where(keep, g, np.minimum(g, causal.lookup(typical, s_rank)))
     # every other finish-to-start edge: the earliest start its prerequisites allow, measured times
     fs_bound = _segment_max(np.where(is_l, _NONE, finish[src_e] + lag), dep_ptr, _NONE)
     ready = np.maximum(fs_bound, _segment_max(np.where(is_l, start[src_e] + lag, _NONE), dep_ptr, _NONE))

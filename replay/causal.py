@@ -10,11 +10,13 @@ again, never *when* things happened to happen. Two quantities come from the trac
   rank carries ``L``; an op's own queueing delay (launch to start while its stream was busy) is
   never kept.
 * **back-to-back gap** (ns): a GPU op queued behind its stream predecessor starts when that
-  predecessor ends plus the GPU front end's dispatch gap. A measured gap of at most
-  ``BACK_TO_BACK_MAX_NS`` is that gap and is kept on the STREAM edge; a larger gap means the op
-  was not waiting for its predecessor (it waited for its launch or something else), so the edge
-  gets the rank's typical gap (median of the gaps within the threshold), which never exceeds the
-  measured one. Measured overlap (negative gap) is kept, as before.
+  predecessor ends plus the GPU front end's dispatch gap. A measured gap is that gap, and is kept
+  on the STREAM edge, when the op really was queued (its launch, call start plus ``L``, had
+  arrived by the time its predecessor ended) and the gap is at most ``BACK_TO_BACK_MAX_NS``. A
+  larger gap, or any gap of an op whose launch arrived later, means the op was not waiting for
+  its predecessor (it waited for its launch or something else), so the edge gets the rank's
+  typical gap (median of the kept gaps), never more than the measured one. Measured overlap
+  (negative gap) is kept, as before.
 
 Rationale and the measured distributions behind both constants: docs/fidelity.md.
 
