@@ -4,7 +4,10 @@ Usage: python benchmarks/fidelity.py [TRACE_OR_DIR ...]   (default: ../shared/tr
 
 Converts each trace (a file, or a directory of rank files) with `tracegen convert`, replays it
 with measured durations, and prints per rank and per ProfilerStep the replayed makespan, the
-captured span and the relative error. Prints a Markdown table (pasted into docs/fidelity.md).
+captured span and the relative error; then how the graph reacts: the critical path by category,
+the makespan change when every kernel runs twice as fast (``--scale kernel=0.5``), the launch
+latency the builder estimated and the GPU holds the trace does not explain. Prints Markdown tables
+(pasted into docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def inputs(args: list[str]) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    rows = []
+    rows, reaction = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for src in inputs(argv):
             out = Path(tmp) / (src.name.split(".")[0] + ".parquet")
@@ -45,11 +48,27 @@ def main(argv: list[str]) -> int:
                              default=None)
             rows.append((src.name, d["ops"], len(d["ranks"]), d["captured_span_ns"], d["makespan_ns"], worst_rank,
                          len(steps), worst_step, t1 - t0))
+            # how the graph reacts: critical path shares, launch latency, unexplained holds, faster GPU
+            half = json.loads(subprocess.run(["replay", "--protocol", "captured", str(out), "--json", "--scale",
+                                              "kernel=0.5"], check=True, capture_output=True, text=True).stdout)
+            cp, ms, cal = d["critical_path_ns"], d["makespan_ns"], d.get("calibration") or {}
+            lat = sorted(cal.get("launch_latency_ns", {}).values())
+            reaction.append((src.name, 100 * cp.get("compute", 0) / ms, 100 * cp.get("launch", 0) / ms,
+                             100 * cp.get("sync_wait", 0) / ms, 100 * (half["makespan_ns"] - ms) / ms,
+                             (f"{lat[0] / 1e3:.1f}" + (f"-{lat[-1] / 1e3:.1f}" if lat[-1] != lat[0] else "")) if lat
+                             else "-", cal.get("unexplained_gpu_ops", 0), cal.get("unexplained_gpu_hold_ns", 0)))
     print("| trace | ops | ranks | captured span (us) | replayed (us) | worst rank error | steps | worst step error | convert s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, ops, nr, cap, rep, wr, ns, ws, ct in rows:
         print(f"| {name} | {ops:,} | {nr} | {cap / 1e3:,.1f} | {rep / 1e3:,.1f} | {100 * wr:.3f}% | {ns} | "
               f"{'-' if ws is None else f'{100 * ws:.3f}%'} | {ct:.2f} |")
+    print()
+    print("| trace | critical path: compute | launch | sync wait | makespan with `--scale kernel=0.5` | "
+          "launch latency (us) | unexplained GPU holds |")
+    print("|---|---|---|---|---|---|---|")
+    for name, comp, launch, sync, half, lat, n_un, t_un in reaction:
+        print(f"| {name} | {comp:.1f}% | {launch:.1f}% | {sync:.1f}% | {half:+.1f}% | {lat} | "
+              f"{n_un} ops, {t_un / 1e3:,.0f} us |")
     return 0
 
 

@@ -1,23 +1,31 @@
 """Build the dependency graph of a trace: trace (Parquet rows) -> :class:`OpGraph`.
 
-What the builder derives from the *measured* timeline (so that replaying the graph with measured
-durations reproduces it, and so that protocol transforms change only what they model):
+The graph is causal: what it keeps from the measured timeline is what the machine would do again
+(durations of work, the latencies of the launch path), never when things happened to happen, so a
+replay with changed durations moves the way the hardware would. Replaying it with measured
+durations reproduces the trace when its dependencies are complete (docs/fidelity.md).
 
 * **lanes**: one per (rank, host thread) and one per (rank, device, stream);
-* **launch lag** (LAUNCH edges, start-to-start): measured ``start[gpu op] - start[call]`` when the
-  launch was what held the GPU op back; when the op instead waited for its stream (or another
-  dependency), the measured gap includes queueing, so the lag is the smaller of the measured gap
-  and the rank's median launch lag among launch-bound ops;
-* **stream overlap** (STREAM edges): ``min(0, start[op] - finish[previous])``: consecutive
-  kernels that measurably overlap keep overlapping;
+* **launch latency** (LAUNCH edges, start-to-start): every launch of a rank carries the rank's
+  launch latency, estimated from the ops that really were launch-bound; never an op's own
+  queueing delay (:mod:`replay.causal`);
+* **stream order** (STREAM edges): a GPU op queued behind its predecessor starts when it ends,
+  plus the measured back-to-back gap when the op was queued (its launch had arrived) and the gap
+  is within ``BACK_TO_BACK_MAX_NS``, else the rank's typical gap; measured overlap is kept;
 * **CPU gaps** (PROGRAM edges): any idle time between a host op and the later of its
   prerequisites is kept as a lag (importers normally fill it with explicit ``cpu`` ops already);
-* **blocking calls** (``sync`` ops): only the part after the awaited GPU work finished is kept as
-  duration; the wait itself comes out of the replay;
+* **waiting is an edge, never a duration**: a blocking call (``sync`` op) keeps only the part
+  after the GPU work it waits for finished; the first half of a split blocking call (a call that
+  launched the op it then waits for) keeps only the launch latency, the rest was waiting for the
+  stream;
 * **barrier groups**: the members of one collective on all ranks present (COLLECTIVE deps),
   each with the shortest measured duration of the group (the last rank to arrive waited least;
   that is the transfer itself, the rest was waiting for peers);
-* **release**: a node with no prerequisite starts at its measured start.
+* **release**: a node with no prerequisite starts at its measured start (one whose only
+  prerequisites are the GPU work it waits for enters at its measured start and starts when that
+  work is done).
+
+What the builder derived and what the trace could not explain is in ``OpGraph.calibration``.
 """
 
 from __future__ import annotations
@@ -28,9 +36,12 @@ import pyarrow as pa
 from fastrack.errors import GraphError
 from fastrack.schema import COPY_DIR_BY_LABEL, HOST_MEM_BY_LABEL, DepKind, OpKind
 from fastrack.traceio import Trace
+from replay import causal
 from replay.graph import KIND_CATEGORY, Lanes, LaneType, OpGraph, edges_by_dependent
 
 _STREAM_KEY_SHIFT = 40  # lane key of a stream: device << 40 | stream
+_NONE = np.iinfo(np.int64).min // 4  # "no prerequisite" in segment maxima
+_GPU_KINDS = [int(k) for k in (OpKind.KERNEL, OpKind.MEMCPY, OpKind.MEMSET, OpKind.COLLECTIVE)]
 
 
 def _dict_codes(table: pa.Table, name: str, mapping: dict, default: int) -> np.ndarray:
@@ -121,37 +132,15 @@ def build_graph(trace: Trace) -> OpGraph:
 
     eorder, dep_ptr = edges_by_dependent(dst_e, n)
     src_e, dst_e, kinds_e = src_e[eorder], dst_e[eorder], kinds_e[eorder]
-    lag = np.zeros(src_e.shape[0], np.int64)
+    lag, dur, calib = _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, rank, op_id,
+                                   group >= 0)
 
-    # STREAM: keep measured overlap (negative lag only)
-    m = kinds_e == DepKind.STREAM
-    lag[m] = np.minimum(0, start[dst_e[m]] - finish[src_e[m]])
-    # finish-to-start bound of every node from non-launch edges (measured times)
-    fs = kinds_e != DepKind.LAUNCH
-    fs_bound = _segment_max(np.where(fs, finish[src_e] + lag, np.iinfo(np.int64).min // 4), dep_ptr,
-                            np.iinfo(np.int64).min // 4)
-    # LAUNCH lags
-    m = kinds_e == DepKind.LAUNCH
-    measured = np.maximum(0, start[dst_e[m]] - start[src_e[m]])
-    launch_bound = fs_bound[dst_e[m]] < start[dst_e[m]]
-    typical = _median_by_rank(rank[dst_e[m]], measured, launch_bound, rank)
-    lag[m] = np.where(launch_bound, measured, np.minimum(measured, typical[dst_e[m]]))
-    # PROGRAM: keep idle CPU time after the binding prerequisite
-    all_bound = np.maximum(fs_bound, _segment_max(
-        np.where(kinds_e == DepKind.LAUNCH, start[src_e] + lag, np.iinfo(np.int64).min // 4), dep_ptr,
-        np.iinfo(np.int64).min // 4))
-    m = kinds_e == DepKind.PROGRAM
-    lag[m] = np.maximum(0, start[dst_e[m]] - all_bound[dst_e[m]])
-    # SYNC ops: keep only the part after the awaited GPU work
-    sync_done = _segment_max(np.where(kinds_e == DepKind.SYNC, finish[src_e], np.iinfo(np.int64).min // 4),
-                             dep_ptr, np.iinfo(np.int64).min // 4)
-    is_sync = (kind == OpKind.SYNC) & (sync_done > start)
-    dur = dur.copy()
-    dur[is_sync] = np.maximum(0, finish[is_sync] - sync_done[is_sync])
-
-    has_deps = np.diff(dep_ptr) > 0
+    # a node enters at its measured time when nothing but the GPU work it waits for precedes it (the
+    # first op of a thread, a GPU op the profiler saw no launch of); a blocking call still starts
+    # only when that work is done
+    enters = _segment_max(np.where(kinds_e == DepKind.SYNC, 0, 1), dep_ptr, 0) > 0
     shift = _rank_clock_shifts(group, rank, finish)
-    release = np.where(has_deps, 0, start + shift[rank]).astype(np.int64)
+    release = np.where(enters, 0, start + shift[rank]).astype(np.int64)
 
     lanes, lane = _lanes(rank, device, thread, stream, kind)
     copy_dir = _dict_codes(t, "copy_dir", {k: int(v) for k, v in COPY_DIR_BY_LABEL.items()}, 0).astype(np.int8)
@@ -185,6 +174,7 @@ def build_graph(trace: Trace) -> OpGraph:
         captured_dur=t.column("dur_ns").to_numpy().astype(np.int64),
         step=t.column("step").to_numpy().astype(np.int32),
         rank_shift=shift,
+        calibration=calib,
     )
     g.validate()
     return g
@@ -229,14 +219,94 @@ def _unique_rows(rank: np.ndarray, ltype: np.ndarray, key: np.ndarray) -> tuple[
     return stacked[change], inverse
 
 
-def _median_by_rank(edge_rank, measured, launch_bound, rank) -> np.ndarray:
-    """Per node: the median measured launch lag of launch-bound ops of its rank."""
-    out = np.zeros(rank.shape[0], np.int64)
-    for r in np.unique(rank):
-        sel = (edge_rank == r) & launch_bound
-        med = int(np.median(measured[sel])) if np.any(sel) else 0
-        out[rank == r] = med
-    return out
+def _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, rank, op_id, grouped):
+    """Edge lags and node durations of the causal graph (rules: :mod:`replay.causal`).
+
+    Returns (lag per edge, durations, :class:`Calibration`)."""
+    lag = np.zeros(src_e.shape[0], np.int64)
+    dur = dur.copy()
+    is_l = kinds_e == DepKind.LAUNCH
+    is_s = kinds_e == DepKind.STREAM
+    gap = start[dst_e] - finish[src_e]  # meaningful on STREAM edges
+    l2s = np.maximum(0, start[dst_e] - start[src_e])  # meaningful on LAUNCH edges
+    # launch latency per rank: launch-to-start of ops whose other prerequisites were all done
+    # (measured overlap on the stream included) when the launching call started
+    other_done = _segment_max(np.where(is_l, _NONE, finish[src_e] + np.where(is_s, np.minimum(0, gap), 0)),
+                              dep_ptr, _NONE)
+    li = np.flatnonzero(is_l)
+    l_rank = rank[dst_e[li]].astype(np.int64)
+    idle = other_done[dst_e[li]] <= start[src_e[li]]
+    latency = causal.per_rank_percentile(l_rank[idle], l2s[li][idle], causal.LAUNCH_LATENCY_PERCENTILE)
+    samples = {int(r): int(c) for r, c in zip(*np.unique(l_rank[idle], return_counts=True))}
+    for r, v in causal.per_rank_percentile(l_rank, l2s[li], 0.0).items():
+        latency.setdefault(r, v)  # no launch-bound op: the smallest launch-to-start bounds it
+        samples.setdefault(r, 0)
+    lag[li] = causal.lookup(latency, l_rank)
+    # stream: measured back-to-back gaps kept, larger gaps replaced by the rank's typical gap
+    si = np.flatnonzero(is_s)
+    s_rank = rank[dst_e[si]].astype(np.int64)
+    g = gap[si]
+    # a gap is the GPU's own back-to-back gap only when the op was queued behind its predecessor:
+    # its launch (call start + the rank's latency) had arrived by the time the predecessor ended.
+    # An op whose launch arrived later was launch-bound; its gap says when the host launched it,
+    # which a what-if that changes the host must not keep.
+    launch_arrival = _segment_max(np.where(is_l, start[src_e] + lag, _NONE), dep_ptr, _NONE)
+    queued = launch_arrival[dst_e[si]] <= finish[src_e[si]]
+    b2b = (g >= 0) & (g <= causal.BACK_TO_BACK_MAX_NS) & queued
+    typical = causal.per_rank_percentile(s_rank[b2b], g[b2b], 50.0)
+    keep = (g < 0) | b2b
+    lag[si] = np.where(keep, g, np.minimum(g, causal.lookup(typical, s_rank)))
+    # every other finish-to-start edge: the earliest start its prerequisites allow, measured times
+    fs_bound = _segment_max(np.where(is_l, _NONE, finish[src_e] + lag), dep_ptr, _NONE)
+    ready = np.maximum(fs_bound, _segment_max(np.where(is_l, start[src_e] + lag, _NONE), dep_ptr, _NONE))
+    # PROGRAM: idle CPU time after the binding prerequisite stays host time
+    m = kinds_e == DepKind.PROGRAM
+    lag[m] = np.maximum(0, start[dst_e[m]] - ready[dst_e[m]])
+    # blocking calls (sync ops): the wait comes out of the replay, only the return after the awaited
+    # GPU work is kept as duration
+    is_sync_e = kinds_e == DepKind.SYNC
+    sync_done = _segment_max(np.where(is_sync_e, finish[src_e], _NONE), dep_ptr, _NONE)
+    is_sync = (kind == OpKind.SYNC) & (sync_done > _NONE)
+    waited = is_sync & (sync_done > start)
+    dur[waited] = np.maximum(0, finish[waited] - sync_done[waited])
+    # the first half of a split blocking call (it launched the op its sync half waits for) keeps
+    # only the launch itself; the rest of it was waiting for the stream
+    _trim_blocking_halves(src_e, dst_e, kinds_e, dur, kind, rank, latency)
+    # report what the recorded prerequisites do not explain
+    calib = causal.Calibration(launch_latency_ns=latency, launch_samples=samples, back_to_back_ns=typical)
+    has_pre = ready > _NONE
+    gpu = has_pre & np.isin(kind, _GPU_KINDS) & ~grouped  # a group member waits for its peers
+    hold = np.where(gpu, start - ready, 0)
+    held = np.flatnonzero(hold > causal.UNEXPLAINED_MIN_NS)
+    calib.unexplained_ops = int(held.size)
+    calib.unexplained_ns = int(hold[held].sum())
+    calib.unexplained_first = causal.largest(hold[held], op_id[held])
+    ret = np.where(is_sync, finish - np.maximum(sync_done, start), 0)
+    late = np.flatnonzero(is_sync & (ret > causal.SYNC_RETURN_MAX_NS))
+    calib.sync_unexplained_ops = int(late.size)
+    calib.sync_unexplained_ns = int(ret[late].sum())
+    calib.sync_unexplained_first = causal.largest(ret[late], op_id[late])
+    return lag, dur, calib
+
+
+def _trim_blocking_halves(src_e, dst_e, kinds_e, dur, kind, rank, latency) -> None:
+    """A runtime op followed by a sync op that waits for a GPU op the runtime op launched is the
+    first half of a blocking call: its duration beyond the launch latency was waiting."""
+    n = dur.shape[0]
+    pe = np.flatnonzero((kinds_e == DepKind.PROGRAM) & (kind[dst_e] == OpKind.SYNC)
+                        & (kind[src_e] == OpKind.RUNTIME))
+    if not pe.size:
+        return
+    before = np.full(n, -1, np.int64)  # the runtime op just before each such sync op
+    before[dst_e[pe]] = src_e[pe]
+    launcher = np.full(n, -1, np.int64)
+    lm = kinds_e == DepKind.LAUNCH
+    launcher[dst_e[lm]] = src_e[lm]
+    se = np.flatnonzero(kinds_e == DepKind.SYNC)
+    h = before[dst_e[se]]
+    halves = np.unique(h[(h >= 0) & (launcher[src_e[se]] == h)])
+    if halves.size:
+        dur[halves] = np.minimum(dur[halves], causal.lookup(latency, rank[halves].astype(np.int64)))
 
 
 def _collective_groups(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

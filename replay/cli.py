@@ -14,7 +14,7 @@ from fastrack import __version__
 from fastrack.cli_support import LazyGroup, fail, reports_errors
 from fastrack.errors import FastrackError
 from replay.names import CAPTURED, NONE
-from replay.options import data_parallel_options, json_option, model_options
+from replay.options import data_parallel_options, json_option, model_options, scale_option
 from replay.report import format_summary
 
 COMMANDS = {
@@ -75,19 +75,23 @@ def main() -> None:
 @click.option("--reference/--no-reference", default=True, show_default=True,
               help=f"Also replay under '{NONE}' (same model) to report the slowdown.")
 @data_parallel_options
+@scale_option
 @reports_errors
-def run_command(trace, protocol, model, preset, overrides, as_json, timeline, reference, data_parallel, bucket_mb):
+def run_command(trace, protocol, model, preset, overrides, as_json, timeline, reference, data_parallel, bucket_mb,
+                scale):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
     from replay.timeline import write_timeline
+    from replay.whatif import parse_scales
 
+    scales = parse_scales(scale)
     graph, tr = load_graph(trace)
     if data_parallel is not None:  # what-if: a single-GPU training trace on N DDP ranks (docs/multi-gpu.md)
         from replay.dataparallel import data_parallel_graph
 
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, [protocol])
-    rep = replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops)
+    rep = replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
     if timeline:
         write_timeline(timeline, rep.graph, rep.schedule, protocol)
     out = rep.result.to_dict()
@@ -95,7 +99,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, re
     out["emulated"] = bool(tr.metadata.get("emulated", False))
     out["trace_source"] = {k: tr.metadata.get(k) for k in ("source_format", "gpu_model", "device_model", "trace_name")}
     if protocol not in (CAPTURED, NONE) and reference:
-        ref = replay_graph(graph, NONE, model, preset, overrides, trace_ops=tr.num_ops).result
+        ref = replay_graph(graph, NONE, model, preset, overrides, trace_ops=tr.num_ops, scales=scales).result
         out["reference"] = {"protocol": NONE, "makespan_ns": ref.makespan_ns}
         out["slowdown_vs_none"] = slowdown(rep.result.makespan_ns, ref.makespan_ns, JSON_DIGITS)
     if as_json:

@@ -7,7 +7,7 @@ model and preset, so the differences are the protocols' alone.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import click
 
@@ -17,7 +17,7 @@ from fastrack.errors import ConfigError
 from replay.dataparallel import DEFAULT_BUCKET_MB
 from replay.graph import Category
 from replay.names import NONE
-from replay.options import data_parallel_options, json_option, model_options
+from replay.options import data_parallel_options, json_option, model_options, scale_option
 from replay.plugins import DEFAULT_MODEL
 from replay.report import fmt_ns
 
@@ -26,11 +26,15 @@ DEFAULT_PROTOCOLS = f"{NONE},baseline,fastrack"
 
 def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, preset: str | None = None,
             overrides: Sequence[str] = (), data_parallel: int | None = None,
-            bucket_mb: float = DEFAULT_BUCKET_MB) -> dict[str, Any]:
+            bucket_mb: float = DEFAULT_BUCKET_MB, scales: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Replay ``trace`` under each protocol. Returns {'trace', 'rows': [...]} with slowdowns
-    relative to ``none`` (added to the run if missing, as the reference)."""
+    relative to ``none`` (added to the run if missing, as the reference). ``scales``: what-if
+    duration factors (:mod:`replay.whatif`), the same for every protocol."""
     from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
+    from replay.whatif import check_scales
+
+    scales = check_scales(scales)
 
     protocols = [p.strip() for p in protocols if p.strip()]
     if not protocols:
@@ -42,7 +46,8 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, protocols)
     results = {}
     for p in dict.fromkeys([NONE, *protocols]):
-        results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops).result.to_dict()
+        results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops,
+                                  scales=scales).result.to_dict()
     ref = results[NONE]["makespan_ns"]
     rows = []
     for p in protocols:
@@ -56,14 +61,17 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
         })
     first = results[protocols[0]]
     return {"trace": str(trace), "model": first.get("model"), "preset": first.get("preset"),
-            "params_digest": first.get("params_digest"), "params": first.get("params"), "rows": rows}
+            "params_digest": first.get("params_digest"), "params": first.get("params"), "scales": dict(scales),
+            "rows": rows}
 
 
 def format_table(d: dict[str, Any]) -> str:
     cats = [c.label for c in Category if any(r["critical_path_ns"].get(c.label) for r in d["rows"])]
     head = f"{'protocol':<18} {'makespan':>14} {'vs none':>9}  " + "  ".join(f"{c:>12}" for c in cats)
     lines = [f"trace {d['trace']}   model {d.get('model')}  preset {d.get('preset')}  "
-             f"params {str(d.get('params_digest') or '')[:12]}", head, "-" * len(head)]
+             f"params {str(d.get('params_digest') or '')[:12]}"
+             + (f"  scaled {', '.join(f'{k} x{v:g}' for k, v in d['scales'].items())}" if d.get("scales") else ""),
+             head, "-" * len(head)]
     for r in d["rows"]:
         sd = r["slowdown_vs_none"]
         lines.append(f"{r['protocol']:<18} {fmt_ns(r['makespan_ns']):>14} {('%.2fx' % sd) if sd else 'n/a':>9}  "
@@ -107,10 +115,13 @@ def plot_breakdown(d: dict[str, Any], path: str) -> None:
 @json_option
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a stacked breakdown chart (PNG/SVG).")
 @data_parallel_options
+@scale_option
 @reports_errors
-def command(trace, protocols, model, preset, overrides, as_json, plot, data_parallel, bucket_mb):
+def command(trace, protocols, model, preset, overrides, as_json, plot, data_parallel, bucket_mb, scale):
     """Replay TRACE under several protocols and compare makespan, slowdown and breakdown."""
-    d = compare(trace, protocols.split(","), model, preset, overrides, data_parallel, bucket_mb)
+    from replay.whatif import parse_scales
+
+    d = compare(trace, protocols.split(","), model, preset, overrides, data_parallel, bucket_mb, parse_scales(scale))
     if plot:
         plot_breakdown(d, plot)
     click.echo(json.dumps(d, sort_keys=True) if as_json else format_table(d))

@@ -31,6 +31,7 @@ import numpy as np
 
 from fastrack.errors import GraphError
 from fastrack.schema import OpKind
+from replay.causal import Calibration
 
 
 class Category(enum.IntEnum):
@@ -166,6 +167,9 @@ class OpGraph:
     kind_names: dict[int, str] = field(default_factory=dict)  # labels of derived kinds
     # offset (ns) added to each rank's measured clock to align ranks on their collectives
     rank_shift: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    # what the builder derived from the measurement (launch latency per rank, unexplained waits);
+    # None for graphs not built from a trace
+    calibration: Calibration | None = None
 
     @property
     def n(self) -> int:

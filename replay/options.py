@@ -39,6 +39,13 @@ def model_options(func):
     return model_option(preset_option(set_option(func)))
 
 
+def scale_option(func):
+    """``--scale`` -> ``scale``: a tuple of ``KIND=FACTOR`` strings (parsed by :func:`replay.whatif.parse_scales`)."""
+    return click.option("--scale", "scale", multiple=True, metavar="KIND=FACTOR",
+                        help="What-if: multiply the durations of KIND (kernel, memcpy, host, collective) by FACTOR "
+                             "before the protocol (repeatable).")(func)
+
+
 def study_model_option(func):
     """``replay sweep``'s ``--model`` -> ``model``: None unless given, so that a study file can name it."""
     return click.option("--model", default=None, metavar="NAME",

@@ -6,6 +6,10 @@ is attributed to exactly one :class:`~replay.graph.Category`: a node's own time 
 the lag of the edge that led to it to the edge's category (launch latency, PCIe latency,
 bounce-slot waits, ...), and time before the first node to ``host``. The categories therefore
 add up to the makespan.
+
+Spans (makespan, per rank, per step) run from when each node was reached: its start, except for
+a blocking call, which is reached when its thread gets to it, not when the GPU work it waits for
+lets it finish (:func:`entry_times`).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class ReplayResult:
     captured_span_ns: int
     model: dict[str, Any] | None = None  # model name, preset, params, digest
     notes: list[str] = field(default_factory=list)
+    scales: dict[str, float] = field(default_factory=dict)  # what-if duration factors applied
+    calibration: dict[str, Any] | None = None  # what the graph builder derived (replay.causal)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -71,7 +77,10 @@ class ReplayResult:
             "critical_path_ns": self.critical_path_ns,
             "resources": self.resources,
             "notes": self.notes,
+            "scales": dict(self.scales),
         }
+        if self.calibration is not None:
+            d["calibration"] = self.calibration
         if self.model is not None:
             d["model"] = self.model.get("model")
             d["preset"] = self.model.get("preset")
@@ -102,9 +111,28 @@ def slowdown(makespan_ns, reference_ns, digits: int | None = None):
     return ratio if digits is None else ratio.round(digits)
 
 
+def entry_times(graph: OpGraph, sched: Schedule) -> np.ndarray:
+    """When each node was reached: its start, except for a blocking call (``sync`` op): the time
+    its thread reached the call (its release and every prerequisite other than the GPU work it
+    waits for). The wait between the two belongs to the call's span, as it does in a trace."""
+    sy = graph.kind == OpKind.SYNC
+    if not sy.any():
+        return sched.start
+    dst = np.repeat(np.arange(graph.n, dtype=np.int64), np.diff(graph.dep_ptr))
+    e = np.flatnonzero(sy[dst] & (graph.dep_kind != DepKind.SYNC))
+    src = graph.dep_src[e]
+    bound = np.where(graph.dep_kind[e] == DepKind.LAUNCH, sched.start[src], sched.finish[src]) + graph.dep_lag[e]
+    entry = graph.release.astype(np.int64, copy=True)
+    np.maximum.at(entry, dst[e], bound)
+    out = sched.start.copy()
+    out[sy] = np.minimum(sched.start[sy], entry[sy])
+    return out
+
+
 def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) -> ReplayResult:
     rank = graph.rank.astype(np.int64)
-    ur, (s0, s1) = _group_reduce(rank, (sched.start, "min"), (sched.finish, "max"))
+    entered = entry_times(graph, sched)
+    ur, (s0, s1) = _group_reduce(rank, (entered, "min"), (sched.finish, "max"))
     ranks = [int(r) for r in ur]
     cap = np.flatnonzero(graph.captured_start >= 0)
     cr, (c0, c1) = _group_reduce(rank[cap], (graph.captured_start[cap], "min"),
@@ -112,7 +140,7 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
     cap_span = dict(zip(cr.tolist(), (c1 - c0).tolist()))
     per_rank = [RankSpan(rank=int(r), makespan_ns=int(b - a), captured_span_ns=int(cap_span.get(int(r), 0)))
                 for r, a, b in zip(ur.tolist(), s0, s1)]
-    makespan = int(sched.finish.max() - sched.start.min())
+    makespan = int(sched.finish.max() - entered.min())
     # captured span of the whole job: ranks' clocks aligned by the same shifts as the replay
     shift = graph.rank_shift[rank[cap]] if graph.rank_shift.size > int(rank.max()) else 0
     captured_span = int((graph.captured_start[cap] + graph.captured_dur[cap] + shift).max()
@@ -124,7 +152,7 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
         nodes=graph.n,
         ranks=ranks,
         per_rank=per_rank,
-        steps=step_spans(graph, sched),
+        steps=step_spans(graph, sched, entered),
         critical_path_ns=critical_path(graph, sched),
         resources=resource_usage(graph, sched, makespan),
         captured_span_ns=captured_span,
@@ -143,13 +171,14 @@ def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.n
     return k[first], out
 
 
-def step_spans(graph: OpGraph, sched: Schedule) -> list[dict[str, int]]:
+def step_spans(graph: OpGraph, sched: Schedule, entered: np.ndarray | None = None) -> list[dict[str, int]]:
     """Replayed and captured span of every (rank, step) the trace marks."""
     has = np.flatnonzero(graph.step >= 0)
     if not has.size:
         return []
+    entered = entry_times(graph, sched) if entered is None else entered
     keys = (graph.rank[has].astype(np.int64) << 32) | graph.step[has].astype(np.int64)
-    uk, (s0, s1) = _group_reduce(keys, (sched.start[has], "min"), (sched.finish[has], "max"))
+    uk, (s0, s1) = _group_reduce(keys, (entered[has], "min"), (sched.finish[has], "max"))
     cap = has[graph.captured_start[has] >= 0]
     ckeys = (graph.rank[cap].astype(np.int64) << 32) | graph.step[cap].astype(np.int64)
     cuk, (c0, c1) = _group_reduce(ckeys, (graph.captured_start[cap], "min"),

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from fastrack.traceio import Trace, read_trace
 from replay.build import build_graph
 from replay.dataparallel import DEFAULT_BUCKET_MB, data_parallel_graph
 from replay.engine import Schedule, schedule
 from replay.graph import OpGraph
-from replay.names import CAPTURED
+from replay.names import CAPTURED, NONE
 from replay.plugins import DEFAULT_MODEL
 from replay.results import ReplayResult, summarize
+from replay.whatif import check_scales, describe, scale_durations
 
 
 @dataclass
@@ -30,8 +31,13 @@ class Replay:
 
 
 def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
-                 overrides: Sequence[str] = (), trace_ops: int | None = None) -> Replay:
-    """Replay an already built graph (lets sweeps build a trace's graph once)."""
+                 overrides: Sequence[str] = (), trace_ops: int | None = None,
+                 scales: Mapping[str, float] | None = None) -> Replay:
+    """Replay an already built graph (lets sweeps build a trace's graph once). ``scales``
+    ({kind: factor}, :mod:`replay.whatif`) multiplies op durations before the protocol."""
+    scales = check_scales(scales)
+    calibration = graph.calibration
+    graph = scale_durations(graph, scales)
     model_info = None
     if protocol != CAPTURED:
         from replay.plugins import load_model, load_protocol
@@ -43,8 +49,14 @@ def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_
     sched = schedule(graph)
     result = summarize(graph, sched, protocol, trace_ops if trace_ops is not None else graph.n)
     result.model = model_info
+    result.scales = scales
     if protocol == CAPTURED:
         result.notes.append("captured: every op keeps its measured duration; no hardware model applied")
+    if scales:
+        result.notes.append(f"what-if: durations scaled ({describe(scales)}) before the protocol")
+    if calibration is not None:
+        result.calibration = calibration.to_dict()
+        result.notes.extend(calibration.notes())
     return Replay(result=result, graph=graph, schedule=sched)
 
 
@@ -55,13 +67,14 @@ def load_graph(trace: str | os.PathLike | Trace) -> tuple[OpGraph, Trace]:
 
 
 def replay_trace(trace: str | os.PathLike | Trace, protocol: str = CAPTURED, model: str = DEFAULT_MODEL,
-                 preset: str | None = None, overrides: Sequence[str] = ()) -> Replay:
+                 preset: str | None = None, overrides: Sequence[str] = (),
+                 scales: Mapping[str, float] | None = None) -> Replay:
     graph, tr = load_graph(trace)
-    return replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops)
+    return replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
 
 
 def replay_data_parallel(trace: str | os.PathLike | Trace, world: int, bucket_mb: float = DEFAULT_BUCKET_MB,
-                         protocol: str = "none", model: str = DEFAULT_MODEL, preset: str | None = None,
+                         protocol: str = NONE, model: str = DEFAULT_MODEL, preset: str | None = None,
                          overrides: Sequence[str] = ()) -> Replay:
     """:func:`replay_trace` of ``trace`` turned into ``world`` data-parallel ranks (:mod:`replay.dataparallel`)."""
     graph, tr = load_graph(trace)

@@ -28,9 +28,10 @@ def test_lags_and_sync_duration(tmp_path):
     g = build_graph(read_trace(write(tmp_path / "t.parquet", launch_trace())))
     lag = {(int(g.dep_src[e]), int(np.searchsorted(g.dep_ptr, e, side="right") - 1), int(g.dep_kind[e])): int(g.dep_lag[e])
            for e in range(g.num_edges)}
-    assert lag[(1, 2, 1)] == 10  # launch-bound: measured 20 - 10
+    assert g.calibration.launch_latency_ns == {0: 10}  # k1 was launch-bound: 20 - 10
+    assert lag[(1, 2, 1)] == 10
     assert lag[(2, 5, 2)] == -2  # measured overlap on the stream
-    # k2 was held by its stream, not its launch: lag = min(measured 108, median launch lag 10)
+    # k2 was held by its stream, not its launch: its launch carries the rank's latency, not 108
     assert lag[(1, 5, 1)] == 10
     assert g.dur[4] == 10  # sync keeps only 140 - 130 after k2 finished
     assert g.release[0] == 0 and g.release[2] == 0

@@ -1,7 +1,10 @@
 """Fidelity of graph + engine: `captured` replay of real traces within 2% of the captured span,
 per rank and per ProfilerStep (the target of docs/fidelity.md)."""
 
+import numpy as np
 import pytest
+
+from fastrack.schema import DepKind
 
 from tracegen.convert import convert
 from replay.run import replay_trace
@@ -20,8 +23,16 @@ REAL = [
 def test_captured_replay_within_target(name, data_dir, tmp_path):
     out = tmp_path / "t.parquet"
     convert([data_dir / name], out)
-    d = replay_trace(out).result.to_dict()
+    rep = replay_trace(out)
+    d = rep.result.to_dict()
     assert d["per_rank"], "no ranks replayed"
+    # causal, not pinned: every launch carries its rank's estimated latency, never its own queueing
+    g = rep.graph
+    dst = np.repeat(np.arange(g.n), np.diff(g.dep_ptr))
+    launch = g.dep_kind == DepKind.LAUNCH
+    latency = g.calibration.launch_latency_ns
+    assert all(g.dep_lag[launch] == [latency[int(r)] for r in g.rank[dst[launch]]])
+    assert {int(r) for r in d["calibration"]["launch_latency_ns"]} == set(latency)
     for r in d["per_rank"]:
         assert abs(r["error_vs_captured"]) <= TARGET, r
     for s in d["steps"]:

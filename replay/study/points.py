@@ -2,7 +2,8 @@
 
 A point is (trace, protocol, preset, parameter overrides); its **key** is a SHA-256 over (trace
 content digest, protocol, model, preset name and digest, every resolved model parameter value),
-so it names what was computed, not how it was spelled. For every (trace, preset, parameters) the
+so it names what was computed, not how it was spelled (plus the ``scale.KIND`` what-if factors when a
+study sweeps them). For every (trace, preset, parameters) the
 ``none`` protocol is added when missing, so that every row has its slowdown. The study
 *fingerprint* is a digest of the model, the tool version and the sorted set of point keys.
 """
@@ -21,6 +22,8 @@ from fastrack import __version__
 from fastrack.errors import ConfigError, PluginError
 from replay.names import CAPTURED, NONE
 from replay.study.spec import StudySpec, flatten, override_text
+
+SCALE_PREFIX = "scale."  # ``scale.KIND`` axes: what-if duration factors (replay.whatif), not model parameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +47,12 @@ class Point:
     resolved: Resolved
     preset_digest: str
     none_key: str | None = None
+    scales: tuple[tuple[str, float], ...] = ()  # what-if duration factors (``scale.KIND`` axes)
 
     def task(self) -> tuple:
         """What a worker needs (small, picklable)."""
         return (self.key, self.trace_abs, self.trace_sha, self.protocol, self.model, self.preset_arg, self.overrides,
-                self.resolved.digest)
+                self.resolved.digest, self.scales)
 
 
 @dataclasses.dataclass
@@ -141,17 +145,37 @@ def _assignments(spec: StudySpec) -> Iterator[dict[str, Any]]:
         yield _expand(dict(zip(names, combo)))
 
 
+def split_scales(params: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, float], ...]]:
+    """Model parameters, and the what-if ``scale.KIND`` axes as sorted checked (kind, factor) pairs."""
+    from replay.whatif import check_factor
+
+    model = {k: v for k, v in params.items() if not k.startswith(SCALE_PREFIX)}
+    scales = []
+    for k, v in params.items():
+        if k.startswith(SCALE_PREFIX):
+            kind = k[len(SCALE_PREFIX):]
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{k}: factor must be a number, got {v!r}") from None
+            scales.append((kind, check_factor(kind, v, k)))
+    return model, tuple(sorted(scales))
+
+
 def make_point(resolver: ModelResolver, trace: str, sha: str, protocol: str, preset: str | None,
-               overrides: tuple[str, ...], none_available: bool = True) -> Point:
+               overrides: tuple[str, ...], none_available: bool = True,
+               scales: tuple[tuple[str, float], ...] = ()) -> Point:
     """One keyed point; ``overrides`` in canonical (sorted) order."""
     base = resolver(preset)
     res = resolver(preset, overrides)
     common = dict(trace_sha=sha, model=resolver.model, preset=res.preset, preset_digest=base.digest,
                   params=res.params_key)
+    if scales:
+        common["scales"] = [list(s) for s in scales]
     none_key = digest(common | {"protocol": NONE}) if none_available and protocol != CAPTURED else None
     return Point(key=digest(common | {"protocol": protocol}), trace=trace, trace_abs=os.path.abspath(trace),
                  trace_sha=sha, protocol=protocol, model=resolver.model, preset_arg=preset, overrides=overrides,
-                 resolved=res, preset_digest=base.digest, none_key=none_key)
+                 resolved=res, preset_digest=base.digest, none_key=none_key, scales=scales)
 
 
 def _check_spec(spec: StudySpec) -> None:
@@ -181,8 +205,9 @@ def plan_study(spec: StudySpec, trace_digests: dict[str, str] | None = None) -> 
     points: dict[str, Point] = {}
     param_names: set[str] = set()
     for a in _assignments(spec):
-        params = {k: v for k, v in a.items() if not k.startswith("@")}
+        params, scales = split_scales({k: v for k, v in a.items() if not k.startswith("@")})
         param_names.update(params)
+        param_names.update(SCALE_PREFIX + k for k, _ in scales)
         overrides = tuple(sorted(override_text(k, v) for k, v in params.items()))
         for trace in a.get("@trace", spec.traces):
             sha = digest_of(trace)
@@ -192,7 +217,7 @@ def plan_study(spec: StudySpec, trace_digests: dict[str, str] | None = None) -> 
                 if add_none and NONE not in protocols:
                     protocols.append(NONE)
                 for protocol in protocols:
-                    pt = make_point(resolver, trace, sha, protocol, preset, overrides, NONE in available)
+                    pt = make_point(resolver, trace, sha, protocol, preset, overrides, NONE in available, scales)
                     points.setdefault(pt.key, pt)
     if not points:
         raise ConfigError("the study has no points")

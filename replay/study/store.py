@@ -59,6 +59,7 @@ def make_row(p: Point, r: Mapping[str, Any]) -> dict[str, Any]:
         "fastrack_version": r.get("version", __version__), "none_key": p.none_key,
     }
     row.update({k: _param_value(v) for k, v in p.resolved.flat.items()})
+    row.update({f"scale.{k}": float(v) for k, v in p.scales})
     row.update({"makespan_ns": r["makespan_ns"], "captured_span_ns": r["captured_span_ns"], "ops": r["ops"],
                 "nodes": r["nodes"]})
     for c in _category_labels():

@@ -46,10 +46,10 @@ def run_batch(batch: Sequence[tuple]) -> list[dict[str, Any]]:
     from replay.run import replay_graph
 
     out = []
-    for key, path, sha, protocol, model, preset, overrides, digest in batch:
+    for key, path, sha, protocol, model, preset, overrides, digest, scales in batch:
         t0 = time.perf_counter()
         graph, ops = _graph(path, sha)
-        res = replay_graph(graph, protocol, model, preset, overrides, trace_ops=ops).result
+        res = replay_graph(graph, protocol, model, preset, overrides, trace_ops=ops, scales=dict(scales)).result
         got_digest = (res.model or {}).get("digest")
         if got_digest is not None and str(got_digest) != digest:
             raise ConfigError(f"worker resolved parameters to digest {str(got_digest)[:12]}, the planner to "

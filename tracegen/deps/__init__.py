@@ -75,12 +75,15 @@ What is derived (``docs/conventions.md``)
   innermost non-step annotation of that thread enclosing the whole gap (else ``cpu``). Threads
   without CUDA calls are dropped.
 * ``program``: previous host op of the thread.
-* ``launch``: call -> GPU op(s) with its correlation (CUDA graphs: many). GPU ops without a call
-  get an inferred launch from the latest ``runtime`` op started at or before the GPU op on the
-  rank's main launching thread (most launches; ties: lowest thread id).
+* ``launch``: call -> GPU op(s) with its correlation (CUDA graphs: many). A GPU op whose
+  correlation id is below that of every call of its rank was launched before the profiler
+  started: no launch. Other GPU ops without a call get an inferred launch from the latest
+  ``runtime`` op started at or before the GPU op on the rank's main launching thread (most
+  launches; ties: lowest thread id).
 * Issue order: a GPU op is *issued* at the start of its (real or inferred) launching call; GPU
-  ops with no call at all use their own start. Stream order and "launched before" use issue
-  order (ties: GPU start), which keeps the graph acyclic.
+  ops with no call at all at the earlier of their own start and 1 ns before the rank's first
+  host call. Stream order and "launched before" use issue order (ties: GPU start), which keeps
+  the graph acyclic.
 * ``stream``: previous op of the same (rank, device, stream) in issue order.
 * ``sync``: stream scope: last op issued on that stream before the call (stream unknown: the
   stream of the last GPU op the same thread launched before the call); device scope: last op
@@ -92,6 +95,12 @@ What is derived (``docs/conventions.md``)
 * ``event``: stream waits: the op the event captured (as for event syncs) -> the first op issued
   on the waiting stream after the wait call (waiting stream unknown: the stream of the first GPU op
   the same thread launches after the wait). No edge when both streams are the same.
+* Launches blocked on a full queue (:mod:`tracegen.deps.queue`): a launching call longer than
+  100 us that returned at most 10 us after a GPU op issued before it ended is split after its
+  typical duration; the ``sync`` half depends on that GPU op.
+* ``event`` (inferred, :mod:`tracegen.deps.held`): a GPU op that started more than 20 us after
+  it was ready depends on the op of another stream of its (rank, device), issued before it, that
+  ended at most 10 us before it started (2 us after, for coarse timestamps).
 * ``collective``: COLLECTIVE ops matched across ranks by (coll_group, coll_type, coll_seq); each
   member depends on the members of every other rank. Missing ``coll_seq`` values are numbered per
   (rank, coll_group) in issue order.
@@ -103,7 +112,7 @@ What is derived (``docs/conventions.md``)
 Everything is vectorized with numpy/pandas (about 1M raw ops in a few seconds). The rules live in
 this package, one concept per module: :mod:`~tracegen.deps.raw` (reading the frame),
 :mod:`~tracegen.deps.hosts`, :mod:`~tracegen.deps.launches`, :mod:`~tracegen.deps.streams`,
-:mod:`~tracegen.deps.syncs`, :mod:`~tracegen.deps.collectives` and :mod:`~tracegen.deps.assemble`,
+:mod:`~tracegen.deps.syncs`, :mod:`~tracegen.deps.queue`, :mod:`~tracegen.deps.held`, :mod:`~tracegen.deps.collectives` and :mod:`~tracegen.deps.assemble`,
 chained by :mod:`~tracegen.deps.derive` over the vectorized lookups of :mod:`~tracegen.deps.search`
 and the edge list of :mod:`~tracegen.deps.edges`. Import from this package
 (``from tracegen.deps import derive_dependencies``), not from its modules.

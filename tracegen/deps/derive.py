@@ -2,8 +2,10 @@
 
 The steps, in data order: read the raw frame (:mod:`~tracegen.deps.raw`), flatten the host calls
 (:mod:`~tracegen.deps.hosts`), match GPU ops to their calls (:mod:`~tracegen.deps.launches`), split
-blocking calls and add gap ops (hosts), derive the edges (program, launch, stream
-(:mod:`~tracegen.deps.streams`), sync and event (:mod:`~tracegen.deps.syncs`), collective
+blocking calls and launches blocked on a full queue (:mod:`~tracegen.deps.queue`) and add gap ops
+(hosts), derive the edges (program, launch, stream
+(:mod:`~tracegen.deps.streams`), sync and event (:mod:`~tracegen.deps.syncs`), inferred waits
+(:mod:`~tracegen.deps.held`), collective
 (:mod:`~tracegen.deps.collectives`)), then assemble the table (:mod:`~tracegen.deps.assemble`).
 The contract and the rules are in :mod:`tracegen.deps` and ``docs/conventions.md``.
 """
@@ -20,8 +22,10 @@ import pyarrow as pa
 from tracegen.deps.assemble import assemble_table
 from tracegen.deps.collectives import collective_edges
 from tracegen.deps.edges import Edges
+from tracegen.deps.held import held_edges
 from tracegen.deps.hosts import flatten_host_calls, gap_ops, program_edges, split_blocking_calls
 from tracegen.deps.launches import gpu_ops, launch_edges
+from tracegen.deps.queue import blocked_launches
 from tracegen.deps.raw import annotations, read_raw_ops
 from tracegen.deps.streams import GpuLookup, stream_edges
 from tracegen.deps.syncs import event_edges, sync_edges, sync_half_edges
@@ -55,7 +59,7 @@ def _derive(raw: pd.DataFrame, path: str | None) -> pa.Table:
     ann = annotations(ops)
     calls = flatten_host_calls(ops)
     gpu = gpu_ops(ops, calls.corr_map)
-    host = split_blocking_calls(calls, gpu.launch, gpu.start)
+    host = split_blocking_calls(calls, gpu.launch, gpu.start, blocked_launches(calls, gpu, ops))
     gaps = gap_ops(host, ops, ann)
     gpu_base = host.n + gaps.n  # op index: host calls and halves, gaps, GPU ops
     edges = Edges()
@@ -67,5 +71,6 @@ def _derive(raw: pd.DataFrame, path: str | None) -> pa.Table:
         find = GpuLookup(gpu)
         sync_edges(host, gpu, calls.corr_map, find, gpu_base, edges)
         event_edges(host, calls.corr_map, find, gpu_base, edges)
+        held_edges(gpu, gpu_base, edges)
     coll = collective_edges(ops, gpu, gpu_base, edges)
     return assemble_table(ops, ann, host, gaps, gpu, coll, edges)

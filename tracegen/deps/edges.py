@@ -26,6 +26,14 @@ class Edges:
             self._src.append(src[ok].astype(np.int64))
             self._kind.append(np.full(int(ok.sum()), int(kind), np.uint8))
 
+    def between(self, lo: int, hi: int, kinds: tuple[DepKind, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(dst, src) of the edges found so far of one of ``kinds`` with both ends in ``[lo, hi)``."""
+        if not self._dst:
+            return EMPTY, EMPTY
+        dst, src, k = np.concatenate(self._dst), np.concatenate(self._src), np.concatenate(self._kind)
+        m = np.isin(k, [int(x) for x in kinds]) & (dst >= lo) & (dst < hi) & (src >= lo) & (src < hi)
+        return dst[m], src[m]
+
     def to_lists(self, op_id: np.ndarray, n: int) -> tuple[pa.ListArray, pa.ListArray]:
         """(deps, dep_kinds) list columns of ``n`` ops, renumbered by ``op_id``: per dependent op,
         no duplicate, sorted by (kind, source)."""

@@ -4,7 +4,8 @@
   absorbed by the outermost call (its correlation, blocking flag and sync hints move to the outer
   call); a call that only partly overlaps the previous one is clipped to start where it ends.
 * Blocking calls with a GPU op become a ``runtime`` op ``[start, s)`` and a ``sync`` half
-  ``[s, end]`` (``s`` = first GPU op start clamped to ``[start + 1, end]``).
+  ``[s, end]`` (``s`` = first GPU op start clamped to ``[start + 1, end]``); launches blocked on a
+  full queue (:mod:`tracegen.deps.queue`) likewise, split after their typical duration.
 * CPU gap ops fill every positive gap between consecutive host ops of a thread, named after the
   innermost operator annotation enclosing the whole gap (else ``cpu``).
 """
@@ -114,6 +115,7 @@ class HostOps:
     record_stream: np.ndarray
     wait_stream: np.ndarray
     half: np.ndarray  # a sync half
+    awaits: np.ndarray = dataclasses.field(default_factory=lambda: EMPTY)  # per half: GPU op a blocked launch waited for, or -1
 
     @property
     def n(self) -> int:
@@ -124,8 +126,11 @@ class HostOps:
         return len(self.split_calls)
 
 
-def split_blocking_calls(c: HostCalls, launch: np.ndarray, gpu_start: np.ndarray) -> HostOps:
-    """Split the blocking calls that launched GPU ops (``launch``: call of each GPU op or -1)."""
+def split_blocking_calls(c: HostCalls, launch: np.ndarray, gpu_start: np.ndarray,
+                         blocked: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> HostOps:
+    """Split the blocking calls that launched GPU ops (``launch``: call of each GPU op or -1), and
+    the launches ``blocked`` on a full queue ((calls, split points, GPU op awaited), see
+    :mod:`tracegen.deps.queue`)."""
     nH = len(c.raw)
     first_gpu = np.full(nH, _I64_MAX, np.int64)
     launched = launch >= 0
@@ -133,9 +138,17 @@ def split_blocking_calls(c: HostCalls, launch: np.ndarray, gpu_start: np.ndarray
         np.minimum.at(first_gpu, launch[launched], gpu_start[launched])
     has_gpu = first_gpu != _I64_MAX
     spl = c.blocking & has_gpu & ((c.end - c.start) >= 1)
+    at_all = np.where(spl, np.clip(first_gpu, c.start + 1, np.maximum(c.end, c.start + 1)), 0)
+    awaits_all = np.full(nH, -1, np.int64)
+    if blocked is not None and len(blocked[0]):
+        bi, bat, bj = blocked
+        keep = ~spl[bi]
+        spl[bi[keep]] = True
+        at_all[bi[keep]] = bat[keep]
+        awaits_all[bi[keep]] = bj[keep]
     S_of = np.flatnonzero(spl)
     nS = len(S_of)
-    split_at = np.clip(first_gpu[S_of], c.start[S_of] + 1, c.end[S_of]) if nS else EMPTY
+    split_at = np.minimum(at_all[S_of], c.end[S_of]) if nS else EMPTY
     call_end = c.end.copy()
     call_kind = c.kind.copy()
     call_end[S_of] = split_at
@@ -156,6 +169,7 @@ def split_blocking_calls(c: HostCalls, launch: np.ndarray, gpu_start: np.ndarray
         record_stream=np.concatenate([np.where(spl, -1, c.record_stream), c.record_stream[S_of]]),
         wait_stream=with_halves(c.wait_stream, np.full(nS, -1, np.int64)),
         half=np.concatenate([np.zeros(nH, bool), np.ones(nS, bool)]),
+        awaits=awaits_all[S_of],
     )
 
 

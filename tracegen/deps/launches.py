@@ -1,10 +1,14 @@
 """GPU ops and their launches: which call launched each GPU op, and when it was issued.
 
-* ``launch``: call -> GPU op(s) with its correlation (CUDA graphs: many). GPU ops without a call
-  get an inferred launch from the latest ``runtime`` op started at or before the GPU op on the
-  rank's main launching thread (most launches; ties: lowest thread id).
-* Issue order: a GPU op is *issued* at the start of its (real or inferred) launching call; GPU
-  ops with no call at all use their own start.
+* ``launch``: call -> GPU op(s) with its correlation (CUDA graphs: many). A GPU op whose
+  correlation id is below that of every call recorded on its rank was launched before the
+  profiler started: no launch. Other GPU ops without a call get an inferred launch from the
+  latest ``runtime`` op started at or before the GPU op on the rank's main launching thread (most
+  launches; ties: lowest thread id).
+* Issue order: a GPU op is *issued* at the start of its (real or inferred) launching call. A GPU
+  op with no call at all started before any call the rank's main launching thread made, so it
+  was queued before the profiler saw its launch: it is issued at the earlier of its own start
+  and 1 ns before the rank's first host call (so that a sync call made before it ran waits for it).
 """
 
 from __future__ import annotations
@@ -62,6 +66,18 @@ def gpu_ops(r: RawOps, corr_map: pd.DataFrame) -> GpuOps:
                   stream=r.stream[G], corr=G_corr, launch=g_launch)
 
 
+def _launched_before_trace(g: GpuOps, x: HostOps) -> np.ndarray:
+    """GPU ops whose correlation id is below that of every call recorded on their rank: CUDA
+    correlation ids grow with every API call, so their launch happened before the profiler started
+    (a host running ahead of the GPU leaves a queue of them). They get no inferred launch."""
+    has = x.corr >= 0
+    if not has.any() or not g.n:
+        return np.zeros(g.n, bool)
+    first = pd.Series(x.corr[has]).groupby(x.rank[has]).min()
+    bound = pd.Series(g.rank).map(first).to_numpy(np.float64)
+    return (g.corr >= 0) & ~np.isnan(bound) & (g.corr < np.nan_to_num(bound, nan=0.0))
+
+
 def _main_threads(ranks: np.ndarray, threads: np.ndarray) -> dict[int, int]:
     """Per rank, the thread that appears most often (ties: lowest thread id)."""
     cnt = pd.DataFrame({"rank": ranks, "thread": threads})
@@ -75,7 +91,7 @@ def launch_edges(g: GpuOps, x: HostOps, gpu_base: int, edges: Edges) -> GpuOps:
     g_launch = g.launch
     edges.add(np.arange(gpu_base, gpu_base + g.n), np.where(g_launch >= 0, g_launch, -1), DepKind.LAUNCH)
     g_issuer = g_launch.copy()
-    missing = g_launch < 0
+    missing = (g_launch < 0) & ~_launched_before_trace(g, x)
     if missing.any():
         rt_ops = np.flatnonzero(x.kind == OpKind.RUNTIME)
         callers = g_launch[g.launched]
@@ -92,6 +108,17 @@ def launch_edges(g: GpuOps, x: HostOps, gpu_base: int, edges: Edges) -> GpuOps:
             g_issuer[mi] = inf
             edges.add(gpu_base + mi, inf, DepKind.LAUNCH)
     return dataclasses.replace(
-        g, issuer=g_issuer, issue=np.where(g_issuer >= 0, x.start[np.maximum(g_issuer, 0)], g.start),
+        g, issuer=g_issuer, issue=_issue_times(g, x, g_issuer),
         launch_thread=np.where(g_issuer >= 0, x.thread[np.maximum(g_issuer, 0)], I64_MIN),
     )
+
+
+def _issue_times(g: GpuOps, x: HostOps, issuer: np.ndarray) -> np.ndarray:
+    issue = np.where(issuer >= 0, x.start[np.maximum(issuer, 0)], g.start)
+    none = np.flatnonzero(issuer < 0)
+    if none.size and x.n:
+        first = pd.Series(x.start).groupby(x.rank).min()
+        bound = pd.Series(g.rank[none]).map(first).to_numpy(np.float64)
+        known = ~np.isnan(bound)
+        issue[none[known]] = np.minimum(issue[none[known]], bound[known].astype(np.int64) - 1)
+    return issue

@@ -1,6 +1,7 @@
 """Synchronization: ``sync`` edges of blocking calls and ``event`` edges of stream waits.
 
-* ``sync``: the sync half of a split call depends on the GPU ops of its call. Stream scope: last
+* ``sync``: the sync half of a split call depends on the GPU ops of its call (of a launch blocked
+  on a full queue: on the GPU op it waited for). Stream scope: last
   op issued on that stream before the call (stream unknown: the stream of the last GPU op the
   same thread launched before the call); device scope: last op issued before the call on every
   stream of the rank (of the call's device when known); event scope: last op issued on the record
@@ -26,13 +27,21 @@ from tracegen.deps.streams import GpuLookup
 
 
 def sync_half_edges(x: HostOps, g: GpuOps, gpu_base: int, edges: Edges) -> None:
-    """The sync half of each split call depends on the GPU ops its call launched."""
+    """The sync half of each split call depends on the GPU ops its call launched; the half of a
+    launch blocked on a full queue on the GPU op that freed the slot."""
     launched = g.launched
-    if x.n_halves and launched.any():
+    if not x.n_halves:
+        return
+    queued = x.awaits >= 0
+    if launched.any():
         half_of_call = np.full(x.n_calls, -1, np.int64)
-        half_of_call[x.split_calls] = x.n_calls + np.arange(x.n_halves)
+        own = ~queued
+        half_of_call[x.split_calls[own]] = x.n_calls + np.flatnonzero(own)
         gl = np.flatnonzero(launched)
         edges.add(half_of_call[g.launch[gl]], gpu_base + gl, DepKind.SYNC)
+    if queued.any():
+        qi = np.flatnonzero(queued)
+        edges.add(x.n_calls + qi, gpu_base + x.awaits[qi], DepKind.SYNC)
 
 
 def _record_info(rows: np.ndarray, x: HostOps, corr_map: pd.DataFrame, find: GpuLookup):
