@@ -88,7 +88,6 @@ def random_graphs(draw):
             kind = draw(st.sampled_from([DepKind.PROGRAM, DepKind.LAUNCH, DepKind.SYNC, DepKind.DATA]))
             edges.append((src, dst, kind, draw(st.integers(0, 20))))
     servers = draw(st.lists(st.integers(1, 3), min_size=4, max_size=4))
-    lanes = [l if l < 0 else l for l in lanes]
     if max(lanes) < 3:
         lanes[-1] = 3  # every lane index exists
     return graph(durs, edges, lanes=lanes, servers=servers)

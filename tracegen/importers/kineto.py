@@ -609,7 +609,7 @@ def _collectives(fd: _FileData, g: pd.DataFrame, ci: list[int], names, ext, coll
     """Fill kind/coll_* of NCCL kernels (rows ``ci`` of ``g``)."""
     rpc_by_ext: dict[int, dict] = {}
     encl: dict[int, list] = {}  # thread -> sorted [(start_us, end_us, type, args)]
-    for name, pid, tid, ts, dur, x, a in fd.rpc:
+    for name, _pid, tid, ts, dur, x, a in fd.rpc:
         has = isinstance(a, dict) and "Collective name" in a
         if name == "record_param_comms" and has and isinstance(x, int) and x >= 0:
             rpc_by_ext.setdefault(x, a)
@@ -626,7 +626,7 @@ def _collectives(fd: _FileData, g: pd.DataFrame, ci: list[int], names, ext, coll
     launch: dict[int, tuple[int, float]] = {}
     if fd.rt and encl:
         want = set(int(c) for c in g["correlation"].to_numpy()[ci] if c >= 0)
-        for rname, pid, tid, ts, dur, c, _ph in fd.rt:
+        for _rname, _pid, tid, ts, _dur, c, _ph in fd.rt:
             if c in want:
                 try:
                     launch.setdefault(c, (_ints([tid])[0], float(ts)))
