@@ -10,7 +10,7 @@ from fastrack.cli_support import LazyGroup
 COMMANDS = {
     "convert": "tracegen.convert:command",
     "capture": "tracegen.capture:command",
-    "synth": "tracegen.synth_cli:command",  # synth.py's commands + the output checks (--overwrite)
+    "synth": "tracegen.synth:command",
     "info": "tracegen.info:command",
 }
 

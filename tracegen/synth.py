@@ -42,6 +42,7 @@ import pyarrow as pa
 from fastrack import __version__
 from fastrack.cli_support import reports_errors
 from fastrack.errors import ConfigError
+from fastrack.outputs import check_output_path
 from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
 from fastrack.traceio import make_table, write_trace
 
@@ -549,10 +550,13 @@ def command() -> None:
 @click.option("--streams", type=click.IntRange(min=1, max=64), default=4, show_default=True,
               help="GPU streams per rank.")
 @click.option("--name", "trace_name", default=None, help="Trace name (metadata).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Output Parquet file.")
+@click.option("-o", "--output", type=click.Path(), required=True, help="Output Parquet file.")
+@click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists (never a link, a directory or a device).")
 @reports_errors
-def random_cmd(n_ops: int, seed: int, ranks: int, streams: int, trace_name: str | None, output: str) -> None:
+def random_cmd(n_ops: int, seed: int, ranks: int, streams: int, trace_name: str | None, output: str,
+               overwrite: bool) -> None:
     """A random mix of CPU work, CUDA calls, kernels, copies, memsets, events and syncs."""
+    check_output_path(output, (), overwrite)
     table = random_table(n_ops, seed, ranks, streams)
     name = trace_name or f"synth random ops={n_ops} seed={seed} ranks={ranks} streams={streams}"
     path = write_trace(output, table, _metadata(name, ranks))
@@ -566,13 +570,16 @@ def random_cmd(n_ops: int, seed: int, ranks: int, streams: int, trace_name: str 
               help="Host memory of the copy.")
 @click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True, help="Number of copies.")
 @click.option("--name", "trace_name", default=None, help="Trace name (metadata).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Output Parquet file.")
+@click.option("-o", "--output", type=click.Path(), required=True, help="Output Parquet file.")
+@click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists (never a link, a directory or a device).")
 @reports_errors
-def memcpy_cmd(size: str, direction: str, memory: str, repeat: int, trace_name: str | None, output: str) -> None:
+def memcpy_cmd(size: str, direction: str, memory: str, repeat: int, trace_name: str | None, output: str,
+               overwrite: bool) -> None:
     """Transfer microbenchmark (like nvbandwidth): K x cudaMemcpyAsync + copy + cudaStreamSynchronize.
 
     Copy durations come from a nominal bandwidth (a synthetic stand-in; the replay re-prices
     copies under its hardware model)."""
+    check_output_path(output, (), overwrite)
     nbytes = parse_size(size)
     table = memcpy_table(nbytes, direction, memory, repeat)
     name = trace_name or f"synth memcpy {direction.lower()} {memory.lower()} bytes={nbytes} x{repeat}"
