@@ -1,28 +1,46 @@
-"""The replay engine: list scheduling of an OpGraph on in-order servers, in integer ns.
+"""The replay engine: an event-driven list scheduler of an OpGraph on its lanes, in integer ns.
 
-Scheduling rule (exact for CUDA streams, host threads and any other in-order server):
+Scheduling rule:
 
     ready[i]  = max(release[i], max over deps j of  finish[j] + lag   (start[j] + lag for LAUNCH))
-    start[i]  = max(ready[i], earliest free server of lane[i])
+    start[i]  = max(ready[i], a free server of lane[i], a free server of the pool it holds)
     finish[i] = start[i] + dur[i]
 
-Nodes are visited in one topological order; among the nodes whose prerequisites are all
-visited, the one with the smallest ``order`` key (captured start time, then node index) goes
-first. That visiting order is also the order in which a lane serves its nodes: a shared lane
-(PCIe link, crypto engine, copy engine) is a FIFO in *issue order*, not a work-conserving
-server that lets a later-issued ready node overtake an earlier one still waiting for its
-inputs. This is deterministic and cheap (O(E + V log V)); docs/architecture.md explains the
-choice. A multi-server lane gives each node the server that frees first (lowest index on ties).
+Lanes are of two disciplines (``Lanes.shared``):
 
-Barrier groups (one collective on all its ranks) are visited together and start together, at
-the latest of their members' individual start times.
+* **in order** (streams, host threads, the p2p proxy): the lane serves its nodes strictly in
+  *issue order*, a topological order of the graph in which, among nodes whose prerequisites are
+  all placed, the smallest ``order`` key (captured start, then node index) goes first. A node
+  waits for its lane predecessor in that order even when it is ready first.
+* **shared** (PCIe per direction, copy engines, CPU and GPU crypto, links): work-conserving. The
+  lane serves whichever node is *ready* first, not the one issued first.
 
-If a node has an explicit STREAM edge from the node just before it on its (single-server) lane,
-that edge, with its lag, replaces the lane constraint: this lets a STREAM edge with a negative lag
-reproduce the measured overlap of consecutive kernels.
+One event-driven pass places the nodes: a binary heap keyed by (time, order key, index) holds the
+nodes whose prerequisites (edges, and the lane predecessor on an in-order lane) are all placed,
+at the time they may start. The node popped takes the earliest free server of its lane (lowest
+index on ties) at that time or when it frees. Popped times never decrease except after a
+negative STREAM lag, so a shared lane serves first come, first served by ready time. Ties are
+broken by (time, order key, index): the pass is deterministic.
 
+**Pools** (``OpGraph.hold_lane``/``hold_until``): a node that holds a pool server (a bounce-buffer
+slot) takes one when it is popped, and keeps it until node ``hold_until`` finishes; the server
+is then returned at that time (a heap event, before nodes at the same time) and goes to the
+longest-waiting request. A request that finds every server held doubles the pool, up to the
+lane's ``max_servers``; past that it waits. Should every unplaced node end up waiting on a pool
+(each holder waits for a server only another waiter would return), the pool grows by one for the
+first waiter, granted when it asked, as the driver would allocate a buffer rather than deadlock.
+
+Barrier groups (one collective on all its ranks) are queued when all their members are ready and
+start together, at the latest of their members' individual start times.
+
+If a node has an explicit STREAM edge from the node just before it on its single-server in-order
+lane, that edge, with its lag, replaces the lane constraint: this lets a STREAM edge with a
+negative lag reproduce the measured overlap of consecutive kernels.
+
+Cost: one topological sort (issue order, cycle detection) and one heap pass, O((E + V) log V).
 The loops are compiled with numba (cached on disk); ``FASTRACK_NO_JIT=1`` runs them as plain
-Python, which gives the same results more slowly.
+Python, which gives the same results more slowly. models/h100/cpp/fastrack/engine.hh is the
+same scheduler in C++ (bit-exact; tests/test_gem5_export.py).
 """
 
 from __future__ import annotations
@@ -39,9 +57,10 @@ from fastrack.jit import njit
 
 # How a node's start was bound (the ``bound_by`` result).
 BOUND_RELEASE = -1  # by its release time (or time 0)
-BOUND_LANE = -2  # by its lane being busy with the previous node
+BOUND_LANE = -2  # by its lane being busy with the previous node (``crit_pred``)
 BOUND_GROUP = -3  # by another member of its barrier group
-# values >= 0 are DepKind codes: bound by that edge from ``crit_pred``
+# values >= 0 are DepKind codes: bound by that edge from ``crit_pred``. A node that also waited
+# for a pool server after that has ``slot_wait`` > 0: it started that much later than it would have.
 
 _LAUNCH = int(DepKind.LAUNCH)
 _STREAM = int(DepKind.STREAM)
@@ -55,7 +74,12 @@ class Schedule:
     finish: np.ndarray  # int64 ns
     crit_pred: np.ndarray  # int64: node whose finish/start bound this node's start, or -1
     bound_by: np.ndarray  # int8: BOUND_* or the DepKind of the binding edge
-    order: np.ndarray  # int64: the visiting order
+    order: np.ndarray  # int64: the order in which the nodes were placed
+    # int64 ns per node: how long its start waited for a pool server after it was otherwise ready
+    # (0 when the wait did not bind); the critical path attributes it to BOUNCE_WAIT
+    slot_wait: np.ndarray
+    # int64 per lane: servers at the end of the replay (a pool's size after growing; else servers)
+    lane_servers: np.ndarray
 
     @property
     def makespan(self) -> int:
@@ -130,74 +154,342 @@ def _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, key):
 
 
 @njit(cache=True)
-def _schedule(order, rep, mem_ptr, mem_idx, lane, srv_ptr, dur, release, dep_ptr, dep_src, dep_kind, dep_lag,
-              launch_code, stream_code):
+def _lane_successors(order, lane, shared, rep):
+    """Issue order of every in-order lane: ``nxt[i]`` is the node that follows ``i`` on its lane
+    (it may start only once ``i`` has), and ``gates[r]`` counts such predecessors of the members
+    of group ``r``. Consecutive members of one barrier group on one lane gate nothing (they are
+    placed together)."""
     n = order.shape[0]
+    last = np.full(shared.shape[0], -1, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    gates = np.zeros(n, np.int64)
+    for k in range(n):
+        i = order[k]
+        ln = lane[i]
+        if ln < 0 or shared[ln]:
+            continue
+        p = last[ln]
+        if p >= 0 and rep[p] != rep[i]:
+            nxt[p] = i
+            gates[rep[i]] += 1
+        last[ln] = i
+    return nxt, gates
+
+
+@njit(cache=True)
+def _h3_less(hk, ho, hi, a, b):
+    if hk[a] != hk[b]:
+        return hk[a] < hk[b]
+    if ho[a] != ho[b]:
+        return ho[a] < ho[b]
+    return hi[a] < hi[b]
+
+
+@njit(cache=True)
+def _h3_push(hk, ho, hi, size, k, o, idx):
+    pos = size
+    hk[pos] = k
+    ho[pos] = o
+    hi[pos] = idx
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if _h3_less(hk, ho, hi, parent, pos):
+            break
+        hk[parent], hk[pos] = hk[pos], hk[parent]
+        ho[parent], ho[pos] = ho[pos], ho[parent]
+        hi[parent], hi[pos] = hi[pos], hi[parent]
+        pos = parent
+    return size + 1
+
+
+@njit(cache=True)
+def _h3_pop(hk, ho, hi, size):
+    k, idx = hk[0], hi[0]
+    size -= 1
+    hk[0] = hk[size]
+    ho[0] = ho[size]
+    hi[0] = hi[size]
+    pos = 0
+    while True:
+        left = 2 * pos + 1
+        if left >= size:
+            break
+        best = left
+        right = left + 1
+        if right < size and _h3_less(hk, ho, hi, right, left):
+            best = right
+        if _h3_less(hk, ho, hi, pos, best):
+            break
+        hk[pos], hk[best] = hk[best], hk[pos]
+        ho[pos], ho[best] = ho[best], ho[pos]
+        hi[pos], hi[best] = hi[best], hi[pos]
+        pos = best
+    return k, idx, size
+
+
+@njit(cache=True)
+def _earliest_server(free, srv_ptr, ln):
+    best = srv_ptr[ln]
+    for sv in range(srv_ptr[ln] + 1, srv_ptr[ln + 1]):
+        if free[sv] < free[best]:
+            best = sv
+    return best
+
+
+@njit(cache=True)
+def _ready(i, lane, shared, srv_ptr, free, srv_last, lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag, start,
+           finish, rdy, pred, bound, chosen, launch_code, stream_code):
+    """When node ``i`` may ask to start (its prerequisites all placed): the latest of its release
+    time and its edges (the first edge in CSR order wins ties), and, on an in-order lane, the
+    lane's earliest free server and the start of the lane's previous node (the lane's state is
+    final: that node is placed; nodes start in issue order)."""
+    t = release[i]
+    p = np.int64(-1)
+    b = np.int8(-1)
+    ln = lane[i]
+    single = ln >= 0 and not shared[ln] and srv_ptr[ln + 1] - srv_ptr[ln] == 1
+    explicit = False
+    for e in range(dep_ptr[i], dep_ptr[i + 1]):
+        s = dep_src[e]
+        if dep_kind[e] == launch_code:
+            c = start[s] + dep_lag[e]
+        else:
+            c = finish[s] + dep_lag[e]
+        if c > t or p < 0 and c == t:
+            t = c
+            p = s
+            b = np.int8(dep_kind[e])
+        if single and dep_kind[e] == stream_code and s == srv_last[srv_ptr[ln]]:
+            explicit = True
+    if ln >= 0 and not shared[ln]:
+        best = _earliest_server(free, srv_ptr, ln)
+        chosen[i] = best
+        if not explicit:
+            if free[best] > t:
+                t = free[best]
+                p = srv_last[best]
+                b = np.int8(-2)
+            prev = lane_last[ln]
+            if prev >= 0 and start[prev] > t:
+                t = start[prev]
+                p = prev
+                b = np.int8(-2)
+    rdy[i] = t
+    pred[i] = p
+    bound[i] = b
+
+
+@njit(cache=True)
+def _push_group(r, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared, srv_ptr, free, srv_last, lane_last, release,
+                dep_ptr, dep_src, dep_kind, dep_lag, start, finish, rdy, pred, bound, chosen, launch_code, stream_code):
+    """Queue group ``r`` (a single node or a barrier group) at the latest ready time of its members."""
+    key = np.iinfo(np.int64).min
+    for m in range(mem_ptr[r], mem_ptr[r + 1]):
+        i = mem_idx[m]
+        _ready(i, lane, shared, srv_ptr, free, srv_last, lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag, start,
+               finish, rdy, pred, bound, chosen, launch_code, stream_code)
+        if rdy[i] > key:
+            key = rdy[i]
+    return _h3_push(hk, ho, hi, hsize, key, okey[r], r)
+
+
+@njit(cache=True)
+def _arrive(r, pending, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared, srv_ptr, free, srv_last, lane_last,
+            release, dep_ptr, dep_src, dep_kind, dep_lag, start, finish, rdy, pred, bound, chosen, launch_code,
+            stream_code):
+    """One prerequisite of group ``r`` is placed; queue it when it was the last."""
+    pending[r] -= 1
+    if pending[r] != 0:
+        return hsize
+    return _push_group(r, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared, srv_ptr, free, srv_last, lane_last,
+                       release, dep_ptr, dep_src, dep_kind, dep_lag, start, finish, rdy, pred, bound, chosen,
+                       launch_code, stream_code)
+
+
+@njit(cache=True)
+def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, release, dep_ptr, dep_src, dep_kind,
+              dep_lag, out_ptr, out_dst, lane_next, gates, hold_lane, hold_ptr, hold_idx, pool_size, pool_max,
+              launch_code, stream_code):
+    """One event-driven pass (see the module docstring). Returns the schedule arrays, the pools'
+    peak sizes, the number of nodes placed and an error code (0 ok; 1: ``err_node`` returns a
+    pool server it has not taken yet)."""
     start = np.zeros(n, np.int64)
     finish = np.zeros(n, np.int64)
     pred = np.full(n, -1, np.int64)
     bound = np.full(n, -1, np.int8)
+    slot_wait = np.zeros(n, np.int64)
+    rdy = np.zeros(n, np.int64)
+    chosen = np.zeros(n, np.int64)
+    phase = np.zeros(n, np.int8)  # 0 waiting, 1 asked for a pool server, 2 holds it, 3 placed
     free = np.zeros(srv_ptr[-1], np.int64)  # per server: time it frees
-    last = np.full(srv_ptr.shape[0] - 1, -1, np.int64)  # per lane: last node served
-    chosen = np.zeros(n, np.int64)  # server picked per node
-    pos = 0
-    while pos < n:
-        node0 = order[pos]
-        r = rep[node0]
+    srv_last = np.full(srv_ptr[-1], -1, np.int64)  # per server: last node it served
+    nl = shared.shape[0]
+    lane_last = np.full(nl, -1, np.int64)  # per lane: last node placed on it
+    pool_now = np.full(nl, np.iinfo(np.int64).min, np.int64)  # per pool: time of its latest event
+    held = np.zeros(nl, np.int64)
+    size = pool_size.copy()
+    wait_head = np.full(nl, -1, np.int64)
+    wait_tail = np.full(nl, -1, np.int64)
+    wait_next = np.full(n, -1, np.int64)
+    pending = gates.copy()
+    for e in range(out_dst.shape[0]):
+        pending[rep[out_dst[e]]] += 1
+    holds = hold_idx.shape[0]
+    cap = n + 2 * holds + 1
+    hk = np.empty(cap, np.int64)
+    ho = np.empty(cap, np.int64)
+    hi = np.empty(cap, np.int64)
+    hsize = 0
+    low = np.iinfo(np.int64).min
+    seq = np.empty(n, np.int64)
+    placed = 0
+    err = 0
+    err_node = -1
+    for r in range(n):
+        if rep[r] == r and pending[r] == 0:
+            hsize = _push_group(r, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared, srv_ptr, free, srv_last,
+                                lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag, start, finish, rdy, pred,
+                                bound, chosen, launch_code, stream_code)
+    while True:
+        if hsize == 0:
+            # every unplaced node waits, directly or not, for a pool server that only an unplaced
+            # node would return: the pool grows past its maximum for the first waiter, granted
+            # when it asked (the driver would allocate another buffer rather than deadlock)
+            pl = -1
+            for k in range(nl):
+                if wait_head[k] >= 0:
+                    pl = k
+                    break
+            if pl < 0:
+                break
+            w = wait_head[pl]
+            wait_head[pl] = wait_next[w]
+            if wait_head[pl] < 0:
+                wait_tail[pl] = -1
+            size[pl] += 1
+            held[pl] += 1
+            phase[w] = 2
+            hsize = _h3_push(hk, ho, hi, hsize, rdy[w], okey[w], w)
+            continue
+        t, idx, hsize = _h3_pop(hk, ho, hi, hsize)
+        if idx >= n:  # a pool server returned
+            pl = hold_lane[idx - n]
+            if t > pool_now[pl]:
+                pool_now[pl] = t
+            t = pool_now[pl]
+            held[pl] -= 1
+            w = wait_head[pl]
+            if w >= 0:
+                wait_head[pl] = wait_next[w]
+                if wait_head[pl] < 0:
+                    wait_tail[pl] = -1
+                held[pl] += 1
+                phase[w] = 2
+                hsize = _h3_push(hk, ho, hi, hsize, max(t, rdy[w]), okey[w], w)
+            continue
+        r = idx
         first = mem_ptr[r]
         count = mem_ptr[r + 1] - first
-        gstart = np.int64(-(1 << 62))
-        gbind = -1
-        for k in range(count):
-            i = order[pos + k]
-            t = release[i]
-            p = np.int64(-1)
-            b = np.int8(-1)
-            ln = lane[i]
-            explicit = False
-            for e in range(dep_ptr[i], dep_ptr[i + 1]):
-                s = dep_src[e]
-                if dep_kind[e] == launch_code:
-                    c = start[s] + dep_lag[e]
+        if count == 1:
+            i = r
+            pl = hold_lane[i]
+            if pl >= 0 and phase[i] != 2:
+                # the pool's state is that of its latest event: a request from earlier (a node
+                # whose time runs behind, after a negative lag) is served at that event's time
+                if t < pool_now[pl]:
+                    t = pool_now[pl]
+                pool_now[pl] = t
+                if held[pl] < size[pl]:
+                    held[pl] += 1
+                elif size[pl] < pool_max[pl]:
+                    size[pl] = min(2 * size[pl], pool_max[pl])
+                    held[pl] += 1
                 else:
-                    c = finish[s] + dep_lag[e]
-                if c > t or p < 0 and c == t:
-                    t = c
-                    p = s
-                    b = np.int8(dep_kind[e])
-                if dep_kind[e] == stream_code and ln >= 0 and s == last[ln] and srv_ptr[ln + 1] - srv_ptr[ln] == 1:
-                    explicit = True
-            if ln >= 0:
-                best = srv_ptr[ln]
-                for sv in range(srv_ptr[ln] + 1, srv_ptr[ln + 1]):
-                    if free[sv] < free[best]:
-                        best = sv
-                chosen[i] = best
-                if not explicit and free[best] > t:
-                    t = free[best]
-                    p = last[ln]
-                    b = np.int8(-2)
-            start[i] = t
-            pred[i] = p
-            bound[i] = b
-            if t > gstart:
-                gstart = t
-                gbind = i
-        for k in range(count):
-            i = order[pos + k]
-            if count > 1 and start[i] < gstart:
-                start[i] = gstart
-                pred[i] = gbind
-                bound[i] = np.int8(-3)
-            finish[i] = start[i] + dur[i]
+                    phase[i] = 1
+                    if wait_tail[pl] >= 0:
+                        wait_next[wait_tail[pl]] = i
+                    else:
+                        wait_head[pl] = i
+                    wait_tail[pl] = i
+                    continue
+                phase[i] = 2
+            s = t
             ln = lane[i]
+            if ln >= 0:
+                if shared[ln]:
+                    best = _earliest_server(free, srv_ptr, ln)
+                    chosen[i] = best
+                    if free[best] > s:
+                        s = free[best]
+                        pred[i] = srv_last[best]
+                        bound[i] = np.int8(-2)
+            if s == t and t > rdy[i]:
+                slot_wait[i] = t - rdy[i]
+            start[i] = s
+            finish[i] = s + dur[i]
             if ln >= 0:
                 sv = chosen[i]
                 if finish[i] > free[sv]:
                     free[sv] = finish[i]
-                last[ln] = i
-        pos += count
-    return start, finish, pred, bound
+                srv_last[sv] = i
+                lane_last[ln] = i
+        else:
+            gstart = low
+            gbind = -1
+            for m in range(first, first + count):
+                i = mem_idx[m]
+                s = rdy[i]
+                ln = lane[i]
+                if ln >= 0 and shared[ln]:
+                    best = _earliest_server(free, srv_ptr, ln)
+                    chosen[i] = best
+                    if free[best] > s:
+                        s = free[best]
+                        pred[i] = srv_last[best]
+                        bound[i] = np.int8(-2)
+                start[i] = s
+                if s > gstart:
+                    gstart = s
+                    gbind = i
+            for m in range(first, first + count):
+                i = mem_idx[m]
+                if start[i] < gstart:
+                    start[i] = gstart
+                    pred[i] = gbind
+                    bound[i] = np.int8(-3)
+                finish[i] = start[i] + dur[i]
+                ln = lane[i]
+                if ln >= 0:
+                    sv = chosen[i]
+                    if finish[i] > free[sv]:
+                        free[sv] = finish[i]
+                    srv_last[sv] = i
+                    lane_last[ln] = i
+        # placed: record, then release successors (the lanes' state is final for them)
+        for m in range(first, first + count):
+            i = mem_idx[m]
+            phase[i] = 3
+            seq[placed] = i
+            placed += 1
+        for m in range(first, first + count):
+            i = mem_idx[m]
+            for h in range(hold_ptr[i], hold_ptr[i + 1]):
+                a = hold_idx[h]
+                if phase[a] != 3:
+                    if err == 0:
+                        err = 1
+                        err_node = i
+                    continue
+                hsize = _h3_push(hk, ho, hi, hsize, max(finish[i], start[a]), low, n + a)
+            for e in range(out_ptr[i], out_ptr[i + 1]):
+                hsize = _arrive(rep[out_dst[e]], pending, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared,
+                                srv_ptr, free, srv_last, lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag,
+                                start, finish, rdy, pred, bound, chosen, launch_code, stream_code)
+            if lane_next[i] >= 0:
+                hsize = _arrive(rep[lane_next[i]], pending, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared,
+                                srv_ptr, free, srv_last, lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag,
+                                start, finish, rdy, pred, bound, chosen, launch_code, stream_code)
+    return start, finish, pred, bound, slot_wait, seq, size, placed, err, err_node
 
 
 def _groups(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -220,8 +512,8 @@ def _groups(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rep, mem_ptr, mem_idx
 
 
-def topological_order(graph: OpGraph) -> np.ndarray:
-    """The engine's visiting order; raises GraphError naming the ops of a cycle."""
+def _topology(graph: OpGraph):
+    """Issue order (raises GraphError naming the ops of a cycle), barrier groups, successors CSR."""
     n = graph.n
     dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.dep_ptr))
     src = graph.dep_src.astype(np.int64)
@@ -240,7 +532,12 @@ def topological_order(graph: OpGraph) -> np.ndarray:
     order, placed = _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, graph.order.astype(np.int64))
     if placed < n:
         _raise_cycle(graph, order[:placed])
-    return order
+    return order, rep, mem_ptr, mem_idx, out_ptr, out_dst
+
+
+def topological_order(graph: OpGraph) -> np.ndarray:
+    """The issue order (in-order lanes serve in it); raises GraphError naming the ops of a cycle."""
+    return _topology(graph)[0]
 
 
 def _raise_cycle(graph: OpGraph, placed: np.ndarray) -> None:
@@ -266,28 +563,37 @@ def _raise_cycle(graph: OpGraph, placed: np.ndarray) -> None:
 def schedule(graph: OpGraph) -> Schedule:
     """Replay a graph. Deterministic: the same graph always gives the same schedule."""
     graph.validate()
-    order = topological_order(graph)
-    rep, mem_ptr, mem_idx = _groups(graph)  # members of a group are contiguous in ``order``
-    lane_servers = graph.lanes.servers.astype(np.int64)
-    srv_ptr = np.zeros(len(graph.lanes) + 1, np.int64)
+    issue, rep, mem_ptr, mem_idx, out_ptr, out_dst = _topology(graph)
+    lanes = graph.lanes
+    n = graph.n
+    lane = graph.lane.astype(np.int64)
+    shared = np.asarray(lanes.shared, np.bool_)
+    lane_servers = lanes.servers.astype(np.int64)
+    srv_ptr = np.zeros(len(lanes) + 1, np.int64)
     np.cumsum(lane_servers, out=srv_ptr[1:])
-    start, finish, pred, bound = _schedule(
-        order,
-        rep,
-        mem_ptr,
-        mem_idx,
-        graph.lane.astype(np.int64),
-        srv_ptr,
-        graph.dur.astype(np.int64),
-        graph.release.astype(np.int64),
-        graph.dep_ptr.astype(np.int64),
-        graph.dep_src.astype(np.int64),
-        graph.dep_kind.astype(np.int64),
-        graph.dep_lag.astype(np.int64),
-        _LAUNCH,
-        _STREAM,
-    )
-    return Schedule(start=start, finish=finish, crit_pred=pred, bound_by=bound, order=order)
+    lane_next, gates = _lane_successors(issue, lane, shared, rep)
+    hold_lane = graph.hold_lane.astype(np.int64)
+    holders = np.flatnonzero(hold_lane >= 0)
+    freer = graph.hold_until[holders].astype(np.int64)
+    by_freer = np.argsort(freer, kind="stable")
+    hold_idx = holders[by_freer].astype(np.int64)
+    hold_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(freer, minlength=n), out=hold_ptr[1:])
+    start, finish, pred, bound, slot_wait, seq, size, placed, err, err_node = _schedule(
+        n, rep, mem_ptr, mem_idx, graph.order.astype(np.int64), lane, shared, srv_ptr,
+        graph.dur.astype(np.int64), graph.release.astype(np.int64), graph.dep_ptr.astype(np.int64),
+        graph.dep_src.astype(np.int64), graph.dep_kind.astype(np.int64), graph.dep_lag.astype(np.int64),
+        out_ptr, out_dst, lane_next, gates, hold_lane, hold_ptr, hold_idx, lane_servers,
+        lanes.max_servers.astype(np.int64), _LAUNCH, _STREAM)
+    if err == 1:
+        raise GraphError(f"{graph.node_label(int(err_node))} returns a pool server (bounce slot) that a node it "
+                         "does not depend on has not taken yet")
+    if placed < n:
+        left = np.ones(n, bool)
+        left[seq[:placed]] = False
+        raise GraphError(f"{n - placed} op(s) can never start, first {graph.node_label(int(np.flatnonzero(left)[0]))}")
+    return Schedule(start=start, finish=finish, crit_pred=pred, bound_by=bound, order=seq, slot_wait=slot_wait,
+                    lane_servers=size)
 
 
 __all__ = ["njit", "Schedule", "schedule", "topological_order", "BOUND_GROUP", "BOUND_LANE", "BOUND_RELEASE", "NO_LANE"]
