@@ -325,7 +325,12 @@ def test_mitigations_never_slower_and_none_fastest(train_graph, world, bucket_mb
         assert ms["none"] <= ms[p], (p, ms)
     for p in MITIGATIONS:
         assert ms[p] <= ms["cc-multi"], (p, ms)
-    assert ms["cc-multi:all"] <= min(ms[p] for p in MITIGATIONS), ms
+    # all mitigations together beat every mitigation that does not pipeline authentication per chunk;
+    # not necessarily overlap or fastrack: batched metadata authenticates a message as a whole,
+    # after its last chunk, which gives up the per-chunk authentication pipeline (the shared lanes
+    # are work-conserving, so that pipeline does pay off)
+    assert ms["cc-multi:all"] <= min(ms[p] for p in ("cc-multi:batched-meta", "cc-multi:keymgmt",
+                                                     "cc-multi:auth")), ms
 
 
 def test_bigger_buckets_never_slower_under_cc(train_graph):
@@ -367,7 +372,9 @@ def test_dlrm_eight_ranks_under_each_protocol(dlrm, protocol):
     assert d["ranks"] == list(range(8)) and len(d["per_rank"]) == 8
     assert d["makespan_ns"] >= none["makespan_ns"]
     assert sum(d["critical_path_ns"].values()) == d["makespan_ns"]
-    if protocol.startswith("cc-multi"):
+    if protocol in ("cc-multi", "cc-multi:batched-meta", "cc-multi:keymgmt"):
+        # the same (baseline) host path as ppcie plus encrypted GPU-to-GPU messages; the other
+        # cc-multi variants also improve the host path, which may outweigh the encryption
         assert d["makespan_ns"] > replay_trace(dlrm, protocol="ppcie").result.makespan_ns
 
 

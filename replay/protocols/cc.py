@@ -38,10 +38,10 @@ import numpy as np
 from fastrack.errors import GraphError
 from fastrack.schema import CopyDir, DepKind
 from replay.engine import topological_order
-from replay.graph import LaneType, OpGraph, edges_by_dependent
+from replay.graph import LaneType, OpGraph
 
 from .base import Protocol
-from .bounce import add_ring
+from .bounce import add_pool_holds
 from .collectives import price_plain
 from .copies import Copies, chunk, host_copies, launch_edges, launchers
 from .editor import GraphEditor, lanes_required
@@ -67,47 +67,6 @@ def copy_in_edges(ed: GraphEditor, node: np.ndarray, head: np.ndarray) -> None:
         ed.add_edges(src[sel], rep_head[sel], int(k), lag[sel])
 
 
-def pool_positions(ed: GraphEditor, cp: Copies) -> np.ndarray:
-    """Per copy: its position in a topological order of the trace graph plus the host-synchronous
-    waits (copy -> program successors of its launching call). Protocol-independent."""
-    g = ed.g
-    n = g.n
-    dst = ed.edge_dst
-    prog = np.flatnonzero(g.dep_kind == DepKind.PROGRAM)
-    has_l = cp.launcher >= 0
-    extra_src = np.zeros(0, np.int64)
-    extra_dst = np.zeros(0, np.int64)
-    if prog.size and has_l.any():
-        p_src = g.dep_src[prog]
-        o = np.argsort(p_src, kind="stable")
-        p_src, p_dst = p_src[o], dst[prog][o]
-        L = cp.launcher[has_l]
-        M = cp.node[has_l]
-        lo = np.searchsorted(p_src, L, "left")
-        hi = np.searchsorted(p_src, L, "right")
-        cnt = hi - lo
-        if cnt.sum():
-            offs = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-            extra_src = np.repeat(M, cnt)
-            extra_dst = p_dst[np.repeat(lo, cnt) + offs]
-    if extra_src.size:
-        all_dst = np.concatenate([dst, extra_dst])
-        all_src = np.concatenate([g.dep_src, extra_src])
-        o, ptr = edges_by_dependent(all_dst, n)
-        aug = g.replace(dep_ptr=ptr, dep_src=all_src[o],
-                        dep_kind=np.concatenate([g.dep_kind, np.full(extra_src.size, DepKind.SYNC, np.uint8)])[o],
-                        dep_lag=np.zeros(all_src.size, np.int64))
-    else:
-        aug = g
-    try:
-        order = topological_order(aug)
-    except GraphError as exc:
-        raise GraphError(f"under CC, host<->GPU copies are host-synchronous, and that creates a cycle: {exc}") from None
-    pos = np.empty(n, np.int64)
-    pos[order] = np.arange(n, dtype=np.int64)
-    return pos[cp.node]
-
-
 @dataclass(frozen=True)
 class CCOptions:
     direct: bool = False
@@ -124,12 +83,18 @@ def transform_cc(graph: OpGraph, model, opts: CCOptions) -> OpGraph:
     if len(cp):
         _copies(ed, model, cp, tail, opts)
     redirect_program(ed, tail)
-    return ed.build()
+    out = ed.build()
+    if len(cp):
+        try:
+            topological_order(out)
+        except GraphError as exc:
+            raise GraphError(f"under CC, host<->GPU copies are host-synchronous, and that creates a cycle: {exc}") \
+                from None
+    return out
 
 
 def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOptions) -> None:
     g = ed.g
-    slots = int(model.bounce_slots)
     threads = int(model.cpu_crypto_threads)
     ch = chunk(cp.nbytes, model.bounce_slot_bytes)
     C = len(cp)
@@ -260,16 +225,15 @@ def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOption
     nd = w[direct[w]]
     ed.add_edges(host_prev[nd], wait[nd], P, 0)
 
-    # --- bounce-slot ring (per rank): H2D slot from encrypt to PCIe; D2H from PCIe to CPU decrypt
+    # --- bounce slots (a pool per rank): H2D slot from encrypt to PCIe; D2H from PCIe to CPU decrypt
     s = np.flatnonzero(staged)
     if s.size:
-        pos = pool_positions(ed, cp)
         acq = np.where(h2d[s], enc[s], pcie[s])
         fre = np.where(h2d[s], pcie[s], cdec[s])
-        # without overlap, a D2H transfer is decrypted only once all of it landed: it needs all
-        # its slots at once, so the pool grows to hold it (the driver doubles the pool on demand)
-        need = np.where(d2h[s] & (not ov), np.maximum(k[s], slots), slots)
-        add_ring(ed, cp.rank[c[s]].astype(np.int64), pos[c[s]], j[s], Mc[s], acq, fre, need)
+        # without overlap, a D2H transfer is decrypted only once all of it landed: it holds all
+        # its slots at once, so its rank's pool grows to hold it whatever the maximum
+        need = np.where(d2h[s] & (not ov), k[s], 1)
+        add_pool_holds(ed, cp.rank[c[s]], acq, fre, int(model.bounce_slots), int(model.bounce_max_slots), need)
 
 
 class CCProtocol(Protocol):

@@ -20,7 +20,7 @@ class DerivedKind(enum.IntEnum):
     CE_ENCRYPT = 21  # copy engine encrypts one chunk out of protected GPU memory (D2H)
     GPU_AUTH = 22  # GPU authentication: verify (H2D) or compute (D2H) the tag of one chunk
     SYNC_WAIT = 23  # the calling thread blocks until the copy and earlier stream work finish
-    BOUNCE_RELEASE = 24  # zero-time marker: bounce slots reclaimed in ring order up to this chunk
+    # 24 was bounce_release (ring-order slot markers); bounce slots are now pool holds (.bounce)
     # GPU-to-GPU (multi-GPU protocols, replay/protocols/p2p.py)
     P2P_SUBMIT = 25  # CPU pushes an encrypted copy-engine command for a GPU-to-GPU message (proxy lane)
     P2P_META = 26  # receiver reads a chunk's IVs and tags from the staging area before decrypting it
@@ -40,7 +40,6 @@ CATEGORY = {
     DerivedKind.CE_ENCRYPT: Category.GPU_CRYPTO,
     DerivedKind.GPU_AUTH: Category.GPU_CRYPTO,
     DerivedKind.SYNC_WAIT: Category.SYNC_WAIT,
-    DerivedKind.BOUNCE_RELEASE: Category.BOUNCE_WAIT,
     DerivedKind.P2P_SUBMIT: Category.LAUNCH,
     DerivedKind.P2P_META: Category.PCIE,
     DerivedKind.KEY_ROTATION: Category.GPU_CRYPTO,
