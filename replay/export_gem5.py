@@ -4,8 +4,8 @@
 
 writes into DIR (each file atomically; docs/gem5.md documents the formats):
 
-* ``graph.bin``: the transformed graph (binary format version 1: header with counts, lanes,
-  nodes, CSR edges, end marker), the input of ``models/h100/cpp/fastrack_replay`` and of the
+* ``graph.bin``: the transformed graph (binary format version 2: header with counts, lanes
+  with their discipline and pool maximum, nodes with their pool holds, CSR edges, end marker), the input of ``models/h100/cpp/fastrack_replay`` and of the
   ``FastrackReplayer`` gem5 SimObject;
 * ``lanes.csv``: ``index,type,rank,servers,name`` of every lane (names for statistics);
 * ``params.txt``: the parameters as ``section.key = value`` lines (``fastrack_replay --check-prices``);
@@ -42,7 +42,7 @@ from replay.engine import Schedule
 from replay.graph import LaneType, OpGraph
 from replay.results import ReplayResult
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"FTRKGRPH"
 END_MAGIC = b"FTRKEND\0"
 HEADER_BYTES = 64
@@ -93,7 +93,10 @@ GEM5_PARAM_MAP: dict[str, dict[str, tuple[str, str, str]]] = {
         "memset_ns": ("submit", "memset", "ns"),
         "collective_ns": ("submit", "collective", "ns"),
     },
-    "bounce": {"slot_bytes": ("bounce_pool", "slot_size", "bytes"), "slots": ("bounce_pool", "slots", "count")},
+    # the pool's growth and maximum shape the graph (its lanes' max_servers) and the core's engine
+    # serves them; gem5's pool object only addresses the initial slots
+    "bounce": {"slot_bytes": ("bounce_pool", "slot_size", "bytes"), "slots": ("bounce_pool", "slots", "count"),
+               "growth": ("-", "-", "graph"), "max_slots": ("-", "-", "graph")},
     "direct": {"h2d": ("-", "-", "graph"), "d2h": ("-", "-", "graph"), "min_bytes": ("-", "-", "graph")},
     "topology": {k: ("-", "-", "graph") for k in (
         "gpus_per_node", "link", "nvlink_gb_s", "nvlink_latency_ns", "pcie_p2p_gb_s", "pcie_p2p_latency_ns",
@@ -118,13 +121,15 @@ GEM5_OBJECTS: dict[str, tuple[str, LaneType | None]] = {
 
 
 def graph_bytes_layout(graph: OpGraph) -> list[tuple[str, np.ndarray]]:
-    """The arrays of format version 1, in file order, with their on-disk dtypes."""
+    """The arrays of format version 2, in file order, with their on-disk dtypes."""
     lanes = graph.lanes
     le = "<"
     return [
         ("lane_servers", np.ascontiguousarray(lanes.servers, dtype=le + "i4")),
         ("lane_type", np.ascontiguousarray(lanes.type, dtype="i1")),
         ("lane_rank", np.ascontiguousarray(lanes.rank, dtype=le + "i4")),
+        ("lane_shared", np.ascontiguousarray(lanes.shared, dtype="i1")),
+        ("lane_max_servers", np.ascontiguousarray(lanes.max_servers, dtype=le + "i4")),
         ("op_id", np.ascontiguousarray(graph.op_id, dtype=le + "i8")),
         ("rank", np.ascontiguousarray(graph.rank, dtype=le + "i4")),
         ("lane", np.ascontiguousarray(graph.lane, dtype=le + "i4")),
@@ -135,6 +140,8 @@ def graph_bytes_layout(graph: OpGraph) -> list[tuple[str, np.ndarray]]:
         ("order", np.ascontiguousarray(graph.order, dtype=le + "i8")),
         ("release", np.ascontiguousarray(graph.release, dtype=le + "i8")),
         ("group", np.ascontiguousarray(graph.group, dtype=le + "i8")),
+        ("hold_lane", np.ascontiguousarray(graph.hold_lane, dtype=le + "i4")),
+        ("hold_until", np.ascontiguousarray(graph.hold_until, dtype=le + "i8")),
         ("dep_ptr", np.ascontiguousarray(graph.dep_ptr, dtype=le + "i8")),
         ("dep_src", np.ascontiguousarray(graph.dep_src, dtype=le + "i8")),
         ("dep_kind", np.ascontiguousarray(graph.dep_kind, dtype="u1")),
@@ -143,7 +150,7 @@ def graph_bytes_layout(graph: OpGraph) -> list[tuple[str, np.ndarray]]:
 
 
 def write_graph(path: str | Path, graph: OpGraph) -> None:
-    """Write ``graph`` in format version 1 (atomically)."""
+    """Write ``graph`` in format version 2 (atomically)."""
     header = MAGIC + np.array([FORMAT_VERSION, HEADER_BYTES], "<u4").tobytes() + np.array(
         [graph.n, graph.num_edges, len(graph.lanes), 0, 0, 0], "<u8").tobytes()
     assert len(header) == HEADER_BYTES
@@ -155,16 +162,20 @@ def write_graph(path: str | Path, graph: OpGraph) -> None:
 
 
 def read_schedule(path: str | Path) -> dict[str, np.ndarray]:
-    """A schedule written by ``fastrack_replay --schedule`` (tests compare it node by node)."""
+    """A schedule written by ``fastrack_replay --schedule`` (version 2; tests compare it node by node)."""
     raw = Path(path).read_bytes()
     if raw[:8] != SCHEDULE_MAGIC:
         raise FastrackError("not a Fastrack schedule file", path=path)
-    n = int(np.frombuffer(raw, "<u8", 1, 16)[0])
-    off = 24
+    version = int(np.frombuffer(raw, "<u4", 1, 8)[0])
+    if version != 2:
+        raise FastrackError(f"schedule file version {version} is not supported (expected 2)", path=path)
+    n, lanes = (int(x) for x in np.frombuffer(raw, "<u8", 2, 16))
+    off = 32
     out = {}
-    for name, dt in (("start", "<i8"), ("finish", "<i8"), ("crit_pred", "<i8"), ("bound_by", "i1"), ("order", "<i8")):
-        out[name] = np.frombuffer(raw, dt, n, off)
-        off += n * np.dtype(dt).itemsize
+    for name, dt, count in (("start", "<i8", n), ("finish", "<i8", n), ("crit_pred", "<i8", n), ("bound_by", "i1", n),
+                            ("order", "<i8", n), ("slot_wait", "<i8", n), ("lane_servers", "<i8", lanes)):
+        out[name] = np.frombuffer(raw, dt, count, off)
+        off += count * np.dtype(dt).itemsize
     if off != len(raw):
         raise FastrackError(f"schedule file has {len(raw)} bytes, expected {off}", path=path)
     return out
@@ -387,7 +398,9 @@ def expected_summary(graph: OpGraph, sched: Schedule, result: ReplayResult) -> d
         "nodes": graph.n,
         "edges": graph.num_edges,
         "resources": [{"index": i, "name": r["name"], "type": r["type"], "rank": r["rank"], "servers": r["servers"],
-                       "ops": r["ops"], "busy_ns": r["busy_ns"]} for i, r in enumerate(result.resources)],
+                       "ops": r["ops"], "busy_ns": r["busy_ns"],
+                       **({"peak_servers": r["peak_servers"]} if "peak_servers" in r else {})}
+                      for i, r in enumerate(result.resources)],
     }
 
 

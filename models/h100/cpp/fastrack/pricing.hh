@@ -27,7 +27,6 @@ constexpr int kCeDecrypt = 20;     // copy-engine decrypt (H2D)
 constexpr int kCeEncrypt = 21;     // copy-engine encrypt (D2H)
 constexpr int kGpuAuth = 22;       // GPU authentication of one chunk
 constexpr int kSyncWait = 23;      // zero-time marker
-constexpr int kBounceRelease = 24; // zero-time marker
 }  // namespace kind
 
 // Which formula prices a node.
@@ -46,8 +45,7 @@ inline PricedBy pricedBy(const Graph &g, std::size_t i) {
     case kind::kCeDecrypt:
     case kind::kCeEncrypt: return PricedBy::CopyEngine;
     case kind::kGpuAuth: return PricedBy::GpuAuth;
-    case kind::kSyncWait:
-    case kind::kBounceRelease: return PricedBy::Marker;
+    case kind::kSyncWait: return PricedBy::Marker;
     default: return PricedBy::Nothing;
     }
 }
