@@ -154,15 +154,13 @@ def _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, key):
 
 
 @njit(cache=True)
-def _lane_successors(order, lane, shared, rep):
+def _lane_successors(order, lane, shared, rep, pending):
     """Issue order of every in-order lane: ``nxt[i]`` is the node that follows ``i`` on its lane
-    (it may start only once ``i`` has), and ``gates[r]`` counts such predecessors of the members
-    of group ``r``. Consecutive members of one barrier group on one lane gate nothing (they are
-    placed together)."""
+    (it is queued only once ``i`` is placed); adds one to ``pending`` of its group for each.
+    Consecutive members of one barrier group on one lane gate nothing (they are placed together)."""
     n = order.shape[0]
     last = np.full(shared.shape[0], -1, np.int64)
-    nxt = np.full(n, -1, np.int64)
-    gates = np.zeros(n, np.int64)
+    nxt = np.full(n, -1, np.int32)
     for k in range(n):
         i = order[k]
         ln = lane[i]
@@ -171,43 +169,47 @@ def _lane_successors(order, lane, shared, rep):
         p = last[ln]
         if p >= 0 and rep[p] != rep[i]:
             nxt[p] = i
-            gates[rep[i]] += 1
+            pending[rep[i]] += 1
         last[ln] = i
-    return nxt, gates
+    return nxt
 
 
 @njit(cache=True)
-def _h3_less(hk, ho, hi, a, b):
+def _ev_less(hk, hi, okey, n, a, b):
+    """Heap order: (time, order key, index); pool-server returns (index >= n) go first at a time."""
     if hk[a] != hk[b]:
         return hk[a] < hk[b]
-    if ho[a] != ho[b]:
-        return ho[a] < ho[b]
-    return hi[a] < hi[b]
+    ia = hi[a]
+    ib = hi[b]
+    if ia >= n or ib >= n:
+        if ia >= n and ib >= n:
+            return ia < ib
+        return ia >= n
+    if okey[ia] != okey[ib]:
+        return okey[ia] < okey[ib]
+    return ia < ib
 
 
 @njit(cache=True)
-def _h3_push(hk, ho, hi, size, k, o, idx):
+def _ev_push(hk, hi, okey, n, size, k, idx):
     pos = size
     hk[pos] = k
-    ho[pos] = o
     hi[pos] = idx
     while pos > 0:
         parent = (pos - 1) >> 1
-        if _h3_less(hk, ho, hi, parent, pos):
+        if _ev_less(hk, hi, okey, n, parent, pos):
             break
         hk[parent], hk[pos] = hk[pos], hk[parent]
-        ho[parent], ho[pos] = ho[pos], ho[parent]
         hi[parent], hi[pos] = hi[pos], hi[parent]
         pos = parent
     return size + 1
 
 
 @njit(cache=True)
-def _h3_pop(hk, ho, hi, size):
+def _ev_pop(hk, hi, okey, n, size):
     k, idx = hk[0], hi[0]
     size -= 1
     hk[0] = hk[size]
-    ho[0] = ho[size]
     hi[0] = hi[size]
     pos = 0
     while True:
@@ -216,12 +218,11 @@ def _h3_pop(hk, ho, hi, size):
             break
         best = left
         right = left + 1
-        if right < size and _h3_less(hk, ho, hi, right, left):
+        if right < size and _ev_less(hk, hi, okey, n, right, left):
             best = right
-        if _h3_less(hk, ho, hi, pos, best):
+        if _ev_less(hk, hi, okey, n, pos, best):
             break
         hk[pos], hk[best] = hk[best], hk[pos]
-        ho[pos], ho[best] = ho[best], ho[pos]
         hi[pos], hi[best] = hi[best], hi[pos]
         pos = best
     return k, idx, size
@@ -237,89 +238,19 @@ def _earliest_server(free, srv_ptr, ln):
 
 
 @njit(cache=True)
-def _ready(i, lane, shared, srv_ptr, free, srv_last, lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag, start,
-           finish, rdy, pred, bound, chosen, launch_code, stream_code):
-    """When node ``i`` may ask to start (its prerequisites all placed): the latest of its release
-    time and its edges (the first edge in CSR order wins ties), and, on an in-order lane, the
-    lane's earliest free server and the start of the lane's previous node (the lane's state is
-    final: that node is placed; nodes start in issue order)."""
-    t = release[i]
-    p = np.int64(-1)
-    b = np.int8(-1)
-    ln = lane[i]
-    single = ln >= 0 and not shared[ln] and srv_ptr[ln + 1] - srv_ptr[ln] == 1
-    explicit = False
-    for e in range(dep_ptr[i], dep_ptr[i + 1]):
-        s = dep_src[e]
-        if dep_kind[e] == launch_code:
-            c = start[s] + dep_lag[e]
-        else:
-            c = finish[s] + dep_lag[e]
-        if c > t or p < 0 and c == t:
-            t = c
-            p = s
-            b = np.int8(dep_kind[e])
-        if single and dep_kind[e] == stream_code and s == srv_last[srv_ptr[ln]]:
-            explicit = True
-    if ln >= 0 and not shared[ln]:
-        best = _earliest_server(free, srv_ptr, ln)
-        chosen[i] = best
-        if not explicit:
-            if free[best] > t:
-                t = free[best]
-                p = srv_last[best]
-                b = np.int8(-2)
-            prev = lane_last[ln]
-            if prev >= 0 and start[prev] > t:
-                t = start[prev]
-                p = prev
-                b = np.int8(-2)
-    rdy[i] = t
-    pred[i] = p
-    bound[i] = b
-
-
-@njit(cache=True)
-def _push_group(r, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared, srv_ptr, free, srv_last, lane_last, release,
-                dep_ptr, dep_src, dep_kind, dep_lag, start, finish, rdy, pred, bound, chosen, launch_code, stream_code):
-    """Queue group ``r`` (a single node or a barrier group) at the latest ready time of its members."""
-    key = np.iinfo(np.int64).min
-    for m in range(mem_ptr[r], mem_ptr[r + 1]):
-        i = mem_idx[m]
-        _ready(i, lane, shared, srv_ptr, free, srv_last, lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag, start,
-               finish, rdy, pred, bound, chosen, launch_code, stream_code)
-        if rdy[i] > key:
-            key = rdy[i]
-    return _h3_push(hk, ho, hi, hsize, key, okey[r], r)
-
-
-@njit(cache=True)
-def _arrive(r, pending, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared, srv_ptr, free, srv_last, lane_last,
-            release, dep_ptr, dep_src, dep_kind, dep_lag, start, finish, rdy, pred, bound, chosen, launch_code,
-            stream_code):
-    """One prerequisite of group ``r`` is placed; queue it when it was the last."""
-    pending[r] -= 1
-    if pending[r] != 0:
-        return hsize
-    return _push_group(r, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared, srv_ptr, free, srv_last, lane_last,
-                       release, dep_ptr, dep_src, dep_kind, dep_lag, start, finish, rdy, pred, bound, chosen,
-                       launch_code, stream_code)
-
-
-@njit(cache=True)
 def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, release, dep_ptr, dep_src, dep_kind,
-              dep_lag, out_ptr, out_dst, lane_next, gates, hold_lane, hold_ptr, hold_idx, pool_size, pool_max,
+              dep_lag, out_ptr, out_dst, lane_next, pending, hold_lane, hold_ptr, hold_idx, pool_size, pool_max,
               launch_code, stream_code):
-    """One event-driven pass (see the module docstring). Returns the schedule arrays, the pools'
-    peak sizes, the number of nodes placed and an error code (0 ok; 1: ``err_node`` returns a
-    pool server it has not taken yet)."""
+    """One event-driven pass (see the module docstring). Returns the schedule arrays, the lanes'
+    final sizes, the number of nodes placed and an error code (0 ok; 1: ``err_node`` returns a
+    pool server its holder has not taken yet). Until a node is placed, ``start`` holds the time
+    it may start (its ready time; on an in-order lane, also when the lane is free for it)."""
     start = np.zeros(n, np.int64)
     finish = np.zeros(n, np.int64)
     pred = np.full(n, -1, np.int64)
     bound = np.full(n, -1, np.int8)
     slot_wait = np.zeros(n, np.int64)
-    rdy = np.zeros(n, np.int64)
-    chosen = np.zeros(n, np.int64)
+    chosen = np.zeros(n, np.int32)  # server of a node on an in-order lane (picked when it is queued)
     phase = np.zeros(n, np.int8)  # 0 waiting, 1 asked for a pool server, 2 holds it, 3 placed
     free = np.zeros(srv_ptr[-1], np.int64)  # per server: time it frees
     srv_last = np.full(srv_ptr[-1], -1, np.int64)  # per server: last node it served
@@ -330,27 +261,69 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
     size = pool_size.copy()
     wait_head = np.full(nl, -1, np.int64)
     wait_tail = np.full(nl, -1, np.int64)
-    wait_next = np.full(n, -1, np.int64)
-    pending = gates.copy()
+    wait_next = np.full(n, -1, np.int32)
     for e in range(out_dst.shape[0]):
         pending[rep[out_dst[e]]] += 1
-    holds = hold_idx.shape[0]
-    cap = n + 2 * holds + 1
+    cap = n + 2 * hold_idx.shape[0] + 1
     hk = np.empty(cap, np.int64)
-    ho = np.empty(cap, np.int64)
     hi = np.empty(cap, np.int64)
     hsize = 0
     low = np.iinfo(np.int64).min
+    arm = np.empty(n, np.int32)  # groups whose prerequisites are all placed, to be queued
+    narm = 0
+    for r in range(n):
+        if rep[r] == r and pending[r] == 0:
+            arm[narm] = r
+            narm += 1
     seq = np.empty(n, np.int64)
     placed = 0
     err = 0
     err_node = -1
-    for r in range(n):
-        if rep[r] == r and pending[r] == 0:
-            hsize = _push_group(r, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared, srv_ptr, free, srv_last,
-                                lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag, start, finish, rdy, pred,
-                                bound, chosen, launch_code, stream_code)
     while True:
+        # queue the groups armed by the last placement: when each member may start
+        while narm > 0:
+            narm -= 1
+            r = arm[narm]
+            key = low
+            for m in range(mem_ptr[r], mem_ptr[r + 1]):
+                i = mem_idx[m]
+                t = release[i]
+                p = -1
+                b = -1
+                ln = lane[i]
+                single = ln >= 0 and not shared[ln] and srv_ptr[ln + 1] - srv_ptr[ln] == 1
+                explicit = False
+                for e in range(dep_ptr[i], dep_ptr[i + 1]):
+                    src = dep_src[e]
+                    if dep_kind[e] == launch_code:
+                        c = start[src] + dep_lag[e]
+                    else:
+                        c = finish[src] + dep_lag[e]
+                    if c > t or p < 0 and c == t:
+                        t = c
+                        p = src
+                        b = dep_kind[e]
+                    if single and dep_kind[e] == stream_code and src == srv_last[srv_ptr[ln]]:
+                        explicit = True
+                if ln >= 0 and not shared[ln]:
+                    best = _earliest_server(free, srv_ptr, ln)
+                    chosen[i] = best
+                    if not explicit:
+                        if free[best] > t:
+                            t = free[best]
+                            p = srv_last[best]
+                            b = -2
+                        prev = lane_last[ln]
+                        if prev >= 0 and start[prev] > t:
+                            t = start[prev]
+                            p = prev
+                            b = -2
+                start[i] = t
+                pred[i] = p
+                bound[i] = b
+                if t > key:
+                    key = t
+            hsize = _ev_push(hk, hi, okey, n, hsize, key, r)
         if hsize == 0:
             # every unplaced node waits, directly or not, for a pool server that only an unplaced
             # node would return: the pool grows past its maximum for the first waiter, granted
@@ -369,9 +342,9 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
             size[pl] += 1
             held[pl] += 1
             phase[w] = 2
-            hsize = _h3_push(hk, ho, hi, hsize, rdy[w], okey[w], w)
+            hsize = _ev_push(hk, hi, okey, n, hsize, start[w], w)
             continue
-        t, idx, hsize = _h3_pop(hk, ho, hi, hsize)
+        t, idx, hsize = _ev_pop(hk, hi, okey, n, hsize)
         if idx >= n:  # a pool server returned
             pl = hold_lane[idx - n]
             if t > pool_now[pl]:
@@ -385,7 +358,7 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
                     wait_tail[pl] = -1
                 held[pl] += 1
                 phase[w] = 2
-                hsize = _h3_push(hk, ho, hi, hsize, max(t, rdy[w]), okey[w], w)
+                hsize = _ev_push(hk, hi, okey, n, hsize, max(t, start[w]), w)
             continue
         r = idx
         first = mem_ptr[r]
@@ -415,16 +388,15 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
                 phase[i] = 2
             s = t
             ln = lane[i]
-            if ln >= 0:
-                if shared[ln]:
-                    best = _earliest_server(free, srv_ptr, ln)
-                    chosen[i] = best
-                    if free[best] > s:
-                        s = free[best]
-                        pred[i] = srv_last[best]
-                        bound[i] = np.int8(-2)
-            if s == t and t > rdy[i]:
-                slot_wait[i] = t - rdy[i]
+            if ln >= 0 and shared[ln]:
+                best = _earliest_server(free, srv_ptr, ln)
+                chosen[i] = best
+                if free[best] > s:
+                    s = free[best]
+                    pred[i] = srv_last[best]
+                    bound[i] = -2
+            if s == t and t > start[i]:
+                slot_wait[i] = t - start[i]
             start[i] = s
             finish[i] = s + dur[i]
             if ln >= 0:
@@ -438,7 +410,7 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
             gbind = -1
             for m in range(first, first + count):
                 i = mem_idx[m]
-                s = rdy[i]
+                s = start[i]
                 ln = lane[i]
                 if ln >= 0 and shared[ln]:
                     best = _earliest_server(free, srv_ptr, ln)
@@ -446,7 +418,7 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
                     if free[best] > s:
                         s = free[best]
                         pred[i] = srv_last[best]
-                        bound[i] = np.int8(-2)
+                        bound[i] = -2
                 start[i] = s
                 if s > gstart:
                     gstart = s
@@ -456,7 +428,7 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
                 if start[i] < gstart:
                     start[i] = gstart
                     pred[i] = gbind
-                    bound[i] = np.int8(-3)
+                    bound[i] = -3
                 finish[i] = start[i] + dur[i]
                 ln = lane[i]
                 if ln >= 0:
@@ -465,7 +437,7 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
                         free[sv] = finish[i]
                     srv_last[sv] = i
                     lane_last[ln] = i
-        # placed: record, then release successors (the lanes' state is final for them)
+        # placed: record, return the pool servers it frees, arm what it was the last prerequisite of
         for m in range(first, first + count):
             i = mem_idx[m]
             phase[i] = 3
@@ -480,15 +452,20 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
                         err = 1
                         err_node = i
                     continue
-                hsize = _h3_push(hk, ho, hi, hsize, max(finish[i], start[a]), low, n + a)
+                hsize = _ev_push(hk, hi, okey, n, hsize, max(finish[i], start[a]), n + a)
             for e in range(out_ptr[i], out_ptr[i + 1]):
-                hsize = _arrive(rep[out_dst[e]], pending, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared,
-                                srv_ptr, free, srv_last, lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag,
-                                start, finish, rdy, pred, bound, chosen, launch_code, stream_code)
-            if lane_next[i] >= 0:
-                hsize = _arrive(rep[lane_next[i]], pending, hk, ho, hi, hsize, okey, mem_ptr, mem_idx, lane, shared,
-                                srv_ptr, free, srv_last, lane_last, release, dep_ptr, dep_src, dep_kind, dep_lag,
-                                start, finish, rdy, pred, bound, chosen, launch_code, stream_code)
+                d = rep[out_dst[e]]
+                pending[d] -= 1
+                if pending[d] == 0:
+                    arm[narm] = d
+                    narm += 1
+            nx = lane_next[i]
+            if nx >= 0:
+                d = rep[nx]
+                pending[d] -= 1
+                if pending[d] == 0:
+                    arm[narm] = d
+                    narm += 1
     return start, finish, pred, bound, slot_wait, seq, size, placed, err, err_node
 
 
@@ -566,24 +543,24 @@ def schedule(graph: OpGraph) -> Schedule:
     issue, rep, mem_ptr, mem_idx, out_ptr, out_dst = _topology(graph)
     lanes = graph.lanes
     n = graph.n
-    lane = graph.lane.astype(np.int64)
     shared = np.asarray(lanes.shared, np.bool_)
     lane_servers = lanes.servers.astype(np.int64)
     srv_ptr = np.zeros(len(lanes) + 1, np.int64)
     np.cumsum(lane_servers, out=srv_ptr[1:])
-    lane_next, gates = _lane_successors(issue, lane, shared, rep)
-    hold_lane = graph.hold_lane.astype(np.int64)
-    holders = np.flatnonzero(hold_lane >= 0)
-    freer = graph.hold_until[holders].astype(np.int64)
-    by_freer = np.argsort(freer, kind="stable")
-    hold_idx = holders[by_freer].astype(np.int64)
+    pending = np.zeros(n, np.int32)  # per group: prerequisites not yet placed (edges, lane predecessors)
+    lane_next = _lane_successors(issue, graph.lane, shared, rep, pending)
+    del issue
+    holders = np.flatnonzero(graph.hold_lane >= 0)
+    freer = np.asarray(graph.hold_until[holders], np.int64)
+    hold_idx = holders[np.argsort(freer, kind="stable")].astype(np.int64)
     hold_ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(freer, minlength=n), out=hold_ptr[1:])
+    i64 = np.int64
     start, finish, pred, bound, slot_wait, seq, size, placed, err, err_node = _schedule(
-        n, rep, mem_ptr, mem_idx, graph.order.astype(np.int64), lane, shared, srv_ptr,
-        graph.dur.astype(np.int64), graph.release.astype(np.int64), graph.dep_ptr.astype(np.int64),
-        graph.dep_src.astype(np.int64), graph.dep_kind.astype(np.int64), graph.dep_lag.astype(np.int64),
-        out_ptr, out_dst, lane_next, gates, hold_lane, hold_ptr, hold_idx, lane_servers,
+        n, rep, mem_ptr, mem_idx, np.asarray(graph.order, i64), graph.lane, shared, srv_ptr,
+        np.asarray(graph.dur, i64), np.asarray(graph.release, i64), np.asarray(graph.dep_ptr, i64),
+        np.asarray(graph.dep_src, i64), graph.dep_kind, np.asarray(graph.dep_lag, i64), out_ptr, out_dst,
+        lane_next, pending, graph.hold_lane, hold_ptr, hold_idx, lane_servers,
         lanes.max_servers.astype(np.int64), _LAUNCH, _STREAM)
     if err == 1:
         raise GraphError(f"{graph.node_label(int(err_node))} returns a pool server (bounce slot) that a node it "

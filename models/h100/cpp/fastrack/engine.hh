@@ -242,15 +242,19 @@ inline std::vector<std::int64_t> topologicalOrder(const Graph &g, const Groups &
 
 namespace detail {
 
-// Binary min-heap on (time, order key, index); the same structure as replay/engine.py's _h3_*.
+// Binary min-heap on (time, order key, index), the same structure as replay/engine.py's _ev_*:
+// entries are (time, index); an index >= n is a pool-server return (of holder index - n), which
+// goes before every node at the same time; nodes tie on their order key, then their index.
 class EventHeap {
   public:
-    explicit EventHeap(std::size_t cap) { hk_.reserve(cap); ho_.reserve(cap); hi_.reserve(cap); }
+    EventHeap(const std::vector<std::int64_t> &okey, std::int64_t n, std::size_t cap) : okey_(&okey), n_(n) {
+        hk_.reserve(cap);
+        hi_.reserve(cap);
+    }
     bool empty() const { return hk_.empty(); }
-    void push(std::int64_t key, std::int64_t ord, std::int64_t idx) {
+    void push(std::int64_t key, std::int64_t idx) {
         std::size_t pos = hk_.size();
         hk_.push_back(key);
-        ho_.push_back(ord);
         hi_.push_back(idx);
         while (pos > 0) {
             std::size_t parent = (pos - 1) >> 1;
@@ -263,10 +267,8 @@ class EventHeap {
         key = hk_[0];
         idx = hi_[0];
         hk_[0] = hk_.back();
-        ho_[0] = ho_.back();
         hi_[0] = hi_.back();
         hk_.pop_back();
-        ho_.pop_back();
         hi_.pop_back();
         std::size_t size = hk_.size(), pos = 0;
         while (true) {
@@ -283,22 +285,26 @@ class EventHeap {
   private:
     bool less(std::size_t a, std::size_t b) const {
         if (hk_[a] != hk_[b]) return hk_[a] < hk_[b];
-        if (ho_[a] != ho_[b]) return ho_[a] < ho_[b];
-        return hi_[a] < hi_[b];
+        const std::int64_t ia = hi_[a], ib = hi_[b];
+        if (ia >= n_ || ib >= n_) return (ia >= n_ && ib >= n_) ? ia < ib : ia >= n_;
+        const std::int64_t oa = (*okey_)[ia], ob = (*okey_)[ib];
+        if (oa != ob) return oa < ob;
+        return ia < ib;
     }
     void swap(std::size_t a, std::size_t b) {
         std::swap(hk_[a], hk_[b]);
-        std::swap(ho_[a], ho_[b]);
         std::swap(hi_[a], hi_[b]);
     }
-    std::vector<std::int64_t> hk_, ho_, hi_;
+    const std::vector<std::int64_t> *okey_;
+    std::int64_t n_;
+    std::vector<std::int64_t> hk_, hi_;
 };
 
 // The state of one event-driven pass (replay/engine.py's _schedule and its helpers).
 class Pass {
   public:
     Pass(const Graph &g, const Groups &gr, const std::vector<std::int64_t> &issue, Schedule &s)
-        : g_(g), gr_(gr), s_(s), n_(g.n()), L_(g.numLanes()), heap_(0) {
+        : g_(g), gr_(gr), s_(s), n_(g.n()), L_(g.numLanes()), heap_(g.order, static_cast<std::int64_t>(g.n()), 0) {
         srv_ptr_.assign(L_ + 1, 0);
         for (std::size_t k = 0; k < L_; ++k) srv_ptr_[k + 1] = srv_ptr_[k] + g.lane_servers[k];
         free_.assign(static_cast<std::size_t>(srv_ptr_[L_]), 0);
@@ -356,7 +362,7 @@ class Pass {
             for (std::size_t i = 0; i < n_; ++i)
                 if (g.hold_lane[i] >= 0) hold_idx_[fill[g.hold_until[i]]++] = static_cast<std::int64_t>(i);
         }
-        heap_ = EventHeap(n_ + 2 * holds + 1);
+        heap_ = EventHeap(g.order, static_cast<std::int64_t>(n_), n_ + 2 * holds + 1);
         s_.start.assign(n_, 0);
         s_.finish.assign(n_, 0);
         s_.crit_pred.assign(n_, -1);
@@ -468,7 +474,7 @@ class Pass {
             ready(i);
             if (rdy_[i] > key) key = rdy_[i];
         }
-        heap_.push(key, g_.order[r], r);
+        heap_.push(key, r);
     }
 
     void arrive(std::int64_t r) {
@@ -489,7 +495,7 @@ class Pass {
             ++size_[k];
             ++held_[k];
             phase_[w] = 2;
-            heap_.push(rdy_[w], g_.order[w], w);
+            heap_.push(rdy_[w], w);
             return true;
         }
         return false;
@@ -505,7 +511,7 @@ class Pass {
         popWaiter(pl, w);
         ++held_[pl];
         phase_[w] = 2;
-        heap_.push(std::max(t, rdy_[w]), g_.order[w], w);
+        heap_.push(std::max(t, rdy_[w]), w);
     }
 
     // Returns false when the node now waits for a pool server.
@@ -597,7 +603,7 @@ class Pass {
                 if (errNode_ < 0) errNode_ = i;
                 continue;
             }
-            heap_.push(std::max(s_.finish[i], s_.start[a]), kLow, static_cast<std::int64_t>(n_) + a);
+            heap_.push(std::max(s_.finish[i], s_.start[a]), static_cast<std::int64_t>(n_) + a);
         }
         for (std::int64_t e = optr_[i]; e < optr_[i + 1]; ++e) arrive(gr_.rep[odst_[e]]);
         if (lane_next_[i] >= 0) arrive(gr_.rep[lane_next_[i]]);
