@@ -271,6 +271,8 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
     low = np.iinfo(np.int64).min
     arm = np.empty(n, np.int32)  # groups whose prerequisites are all placed, to be queued
     narm = 0
+    now = np.empty(n, np.int32)  # nodes whose start is known when queued: placed before the heap
+    nnow = 0
     for r in range(n):
         if rep[r] == r and pending[r] == 0:
             arm[narm] = r
@@ -323,8 +325,19 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
                 bound[i] = b
                 if t > key:
                     key = t
-            hsize = _ev_push(hk, hi, okey, n, hsize, key, r)
-        if hsize == 0:
+            # a single node on an in-order lane or none, holding nothing, starts when it may: its
+            # lane serves nothing else meanwhile, so place it now (the heap would only delay it)
+            i = mem_idx[mem_ptr[r]]
+            if mem_ptr[r + 1] - mem_ptr[r] == 1 and hold_lane[i] < 0 and (lane[i] < 0 or not shared[lane[i]]):
+                now[nnow] = r
+                nnow += 1
+            else:
+                hsize = _ev_push(hk, hi, okey, n, hsize, key, r)
+        if nnow > 0:
+            nnow -= 1
+            idx = now[nnow]
+            t = start[idx]
+        elif hsize == 0:
             # every unplaced node waits, directly or not, for a pool server that only an unplaced
             # node would return: the pool grows past its maximum for the first waiter, granted
             # when it asked (the driver would allocate another buffer rather than deadlock)
@@ -344,7 +357,8 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
             phase[w] = 2
             hsize = _ev_push(hk, hi, okey, n, hsize, start[w], w)
             continue
-        t, idx, hsize = _ev_pop(hk, hi, okey, n, hsize)
+        else:
+            t, idx, hsize = _ev_pop(hk, hi, okey, n, hsize)
         if idx >= n:  # a pool server returned
             pl = hold_lane[idx - n]
             if t > pool_now[pl]:

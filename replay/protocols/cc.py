@@ -38,7 +38,7 @@ import numpy as np
 from fastrack.errors import GraphError
 from fastrack.schema import CopyDir, DepKind
 from replay.engine import topological_order
-from replay.graph import LaneType, OpGraph
+from replay.graph import LaneType, OpGraph, edges_by_dependent
 
 from .base import Protocol
 from .bounce import add_pool_holds
@@ -81,16 +81,42 @@ def transform_cc(graph: OpGraph, model, opts: CCOptions) -> OpGraph:
     tail = add_submission(ed, model, le)
     cp = host_copies(g, launchers(g, ed.edge_dst, le))
     if len(cp):
+        check_host_sync(ed, cp)
         _copies(ed, model, cp, tail, opts)
     redirect_program(ed, tail)
-    out = ed.build()
-    if len(cp):
-        try:
-            topological_order(out)
-        except GraphError as exc:
-            raise GraphError(f"under CC, host<->GPU copies are host-synchronous, and that creates a cycle: {exc}") \
-                from None
-    return out
+    return ed.build()
+
+
+def check_host_sync(ed: GraphEditor, cp: Copies) -> None:
+    """Raise GraphError if making the copies host-synchronous creates a cycle: the trace graph
+    plus an edge from each copy to the program successors of its launching call must be acyclic
+    (the transformed graph's only new cycles would come from those waits)."""
+    g = ed.g
+    dst = ed.edge_dst
+    prog = np.flatnonzero(g.dep_kind == DepKind.PROGRAM)
+    has_l = cp.launcher >= 0
+    if not (prog.size and has_l.any()):
+        return
+    p_src = g.dep_src[prog]
+    o = np.argsort(p_src, kind="stable")
+    p_src, p_dst = p_src[o], dst[prog][o]
+    L, M = cp.launcher[has_l], cp.node[has_l]
+    lo = np.searchsorted(p_src, L, "left")
+    cnt = np.searchsorted(p_src, L, "right") - lo
+    if not cnt.sum():
+        return
+    offs = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    all_dst = np.concatenate([dst, p_dst[np.repeat(lo, cnt) + offs]])
+    all_src = np.concatenate([g.dep_src, np.repeat(M, cnt)])
+    o, ptr = edges_by_dependent(all_dst, g.n)
+    aug = g.replace(dep_ptr=ptr, dep_src=all_src[o],
+                    dep_kind=np.concatenate([g.dep_kind, np.full(all_src.size - g.dep_src.size, DepKind.SYNC,
+                                                                 np.uint8)])[o],
+                    dep_lag=np.zeros(all_src.size, np.int64))
+    try:
+        topological_order(aug)
+    except GraphError as exc:
+        raise GraphError(f"under CC, host<->GPU copies are host-synchronous, and that creates a cycle: {exc}") from None
 
 
 def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOptions) -> None:

@@ -374,14 +374,24 @@ class Pass {
 
     void run() {
         for (std::size_t r = 0; r < n_; ++r)
-            if (gr_.rep[r] == static_cast<std::int64_t>(r) && pending_[r] == 0) pushGroup(static_cast<std::int64_t>(r));
+            if (gr_.rep[r] == static_cast<std::int64_t>(r) && pending_[r] == 0) arm_.push_back(static_cast<std::int64_t>(r));
         while (true) {
-            if (heap_.empty()) {
-                if (!breakDeadlock()) break;
-                continue;
+            while (!arm_.empty()) {
+                const std::int64_t r = arm_.back();
+                arm_.pop_back();
+                queue(r);
             }
             std::int64_t t, idx;
-            heap_.pop(t, idx);
+            if (!now_.empty()) {
+                idx = now_.back();
+                now_.pop_back();
+                t = rdy_[idx];
+            } else if (heap_.empty()) {
+                if (!breakDeadlock()) break;
+                continue;
+            } else {
+                heap_.pop(t, idx);
+            }
             if (idx >= static_cast<std::int64_t>(n_)) {
                 serverReturned(t, idx - static_cast<std::int64_t>(n_));
                 continue;
@@ -467,18 +477,26 @@ class Pass {
         s_.bound_by[i] = b;
     }
 
-    void pushGroup(std::int64_t r) {
+    // Group r's prerequisites are all placed: when may each member start. A single node on an
+    // in-order lane or none, holding nothing, is placed next (nothing else uses its lane
+    // meanwhile); anything else goes to the heap.
+    void queue(std::int64_t r) {
         std::int64_t key = kLow;
         for (std::int64_t m = gr_.mem_ptr[r]; m < gr_.mem_ptr[r + 1]; ++m) {
             const std::int64_t i = gr_.mem_idx[m];
             ready(i);
             if (rdy_[i] > key) key = rdy_[i];
         }
-        heap_.push(key, r);
+        const std::int64_t i = gr_.mem_idx[gr_.mem_ptr[r]];
+        const std::int32_t ln = g_.lane[i];
+        if (gr_.mem_ptr[r + 1] - gr_.mem_ptr[r] == 1 && g_.hold_lane[i] < 0 && (ln < 0 || !g_.lane_shared[ln]))
+            now_.push_back(r);
+        else
+            heap_.push(key, r);
     }
 
     void arrive(std::int64_t r) {
-        if (--pending_[r] == 0) pushGroup(r);
+        if (--pending_[r] == 0) arm_.push_back(r);
     }
 
     void popWaiter(std::int32_t pl, std::int64_t &w) {
@@ -618,6 +636,8 @@ class Pass {
     std::vector<std::int64_t> wait_head_, wait_tail_, wait_next_, rdy_, chosen_;
     std::vector<std::int8_t> phase_;  // 0 waiting, 1 asked for a pool server, 2 holds it, 3 placed
     std::vector<std::int64_t> optr_, odst_, pending_, lane_next_, hold_ptr_, hold_idx_;
+    std::vector<std::int64_t> arm_;  // groups whose prerequisites are all placed, to be queued
+    std::vector<std::int64_t> now_;  // nodes placed before the heap (their start is known)
     std::int64_t errNode_ = -1;
 };
 
