@@ -261,7 +261,7 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
     size = pool_size.copy()
     wait_head = np.full(nl, -1, np.int64)
     wait_tail = np.full(nl, -1, np.int64)
-    wait_next = np.full(n, -1, np.int32)
+    wait_next = np.empty(n, np.int32)  # next waiter of the same pool (set when a node starts waiting)
     for e in range(out_dst.shape[0]):
         pending[rep[out_dst[e]]] += 1
     cap = n + 2 * hold_idx.shape[0] + 1
@@ -393,6 +393,7 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
                     held[pl] += 1
                 else:
                     phase[i] = 1
+                    wait_next[i] = -1
                     if wait_tail[pl] >= 0:
                         wait_next[wait_tail[pl]] = i
                     else:
@@ -567,8 +568,9 @@ def schedule(graph: OpGraph) -> Schedule:
     holders = np.flatnonzero(graph.hold_lane >= 0)
     freer = np.asarray(graph.hold_until[holders], np.int64)
     hold_idx = holders[np.argsort(freer, kind="stable")].astype(np.int64)
-    hold_ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(freer, minlength=n), out=hold_ptr[1:])
+    hold_ptr = np.zeros(n + 1, np.int64)  # (left untouched, hence unallocated, without holds)
+    if holders.size:
+        np.cumsum(np.bincount(freer, minlength=n), out=hold_ptr[1:])
     i64 = np.int64
     start, finish, pred, bound, slot_wait, seq, size, placed, err, err_node = _schedule(
         n, rep, mem_ptr, mem_idx, np.asarray(graph.order, i64), graph.lane, shared, srv_ptr,
