@@ -196,7 +196,11 @@ inline std::string describeCycle(const Graph &g, const Groups &gr, const std::ve
 }  // namespace detail
 
 // The engine's visiting order; throws GraphError naming the ops of a cycle.
-inline std::vector<std::int64_t> topologicalOrder(const Graph &g, const Groups &gr) {
+// optrOut/odstOut (optional) receive the successors of every node by source, as their groups'
+// representatives (CSR), which the scheduler reuses.
+inline std::vector<std::int64_t> topologicalOrder(const Graph &g, const Groups &gr,
+                                                  std::vector<std::int64_t> *optrOut = nullptr,
+                                                  std::vector<std::int64_t> *odstOut = nullptr) {
     const std::size_t n = g.n();
     std::vector<std::int64_t> indeg(n, 0);
     for (std::size_t i = 0; i < n; ++i)
@@ -237,6 +241,8 @@ inline std::vector<std::int64_t> topologicalOrder(const Graph &g, const Groups &
         for (std::int64_t i : order) placed[i] = 1;
         throw GraphError(detail::describeCycle(g, gr, placed));
     }
+    if (optrOut) *optrOut = std::move(optr);
+    if (odstOut) *odstOut = std::move(odst);
     return order;
 }
 
@@ -303,8 +309,11 @@ class EventHeap {
 // The state of one event-driven pass (replay/engine.py's _schedule and its helpers).
 class Pass {
   public:
-    Pass(const Graph &g, const Groups &gr, const std::vector<std::int64_t> &issue, Schedule &s)
-        : g_(g), gr_(gr), s_(s), n_(g.n()), L_(g.numLanes()), heap_(g.order, static_cast<std::int64_t>(g.n()), 0) {
+    // optr/odst: successors by source as group representatives (from topologicalOrder)
+    Pass(const Graph &g, const Groups &gr, const std::vector<std::int64_t> &issue, std::vector<std::int64_t> optr,
+         std::vector<std::int64_t> odst, Schedule &s)
+        : g_(g), gr_(gr), s_(s), n_(g.n()), L_(g.numLanes()), heap_(g.order, static_cast<std::int64_t>(g.n()), 0),
+          optr_(std::move(optr)), odst_(std::move(odst)) {
         srv_ptr_.assign(L_ + 1, 0);
         for (std::size_t k = 0; k < L_; ++k) srv_ptr_[k + 1] = srv_ptr_[k] + g.lane_servers[k];
         free_.assign(static_cast<std::size_t>(srv_ptr_[L_]), 0);
@@ -317,20 +326,8 @@ class Pass {
         wait_head_.assign(L_, -1);
         wait_tail_.assign(L_, -1);
         wait_next_.assign(n_, -1);
-        rdy_.assign(n_, 0);
         chosen_.assign(n_, 0);
         phase_.assign(n_, 0);
-        // successors by source (node indices) and in-degree per group
-        optr_.assign(n_ + 1, 0);
-        for (std::size_t k = 0; k < g.numEdges(); ++k) ++optr_[g.dep_src[k] + 1];
-        for (std::size_t i = 0; i < n_; ++i) optr_[i + 1] += optr_[i];
-        odst_.resize(g.numEdges());
-        {
-            std::vector<std::int64_t> fill(optr_.begin(), optr_.end() - 1);
-            for (std::size_t i = 0; i < n_; ++i)
-                for (std::int64_t e = g.dep_ptr[i]; e < g.dep_ptr[i + 1]; ++e)
-                    odst_[fill[g.dep_src[e]]++] = static_cast<std::int64_t>(i);
-        }
         // issue order of the in-order lanes: lane successor of each node, gates per group
         pending_.assign(n_, 0);
         lane_next_.assign(n_, -1);
@@ -363,6 +360,8 @@ class Pass {
                 if (g.hold_lane[i] >= 0) hold_idx_[fill[g.hold_until[i]]++] = static_cast<std::int64_t>(i);
         }
         heap_ = EventHeap(g.order, static_cast<std::int64_t>(n_), n_ + 2 * holds + 1);
+        arm_.reserve(n_);
+        now_.reserve(n_);
         s_.start.assign(n_, 0);
         s_.finish.assign(n_, 0);
         s_.crit_pred.assign(n_, -1);
@@ -385,7 +384,7 @@ class Pass {
             if (!now_.empty()) {
                 idx = now_.back();
                 now_.pop_back();
-                t = rdy_[idx];
+                t = s_.start[idx];
             } else if (heap_.empty()) {
                 if (!breakDeadlock()) break;
                 continue;
@@ -435,7 +434,7 @@ class Pass {
         return best;
     }
 
-    // replay/engine.py _ready
+    // when node i may start (replay/engine.py, the queueing loop); kept in start[i] until it is placed
     void ready(std::int64_t i) {
         std::int64_t t = g_.release[i];
         std::int64_t p = -1;
@@ -472,7 +471,7 @@ class Pass {
                 }
             }
         }
-        rdy_[i] = t;
+        s_.start[i] = t;
         s_.crit_pred[i] = p;
         s_.bound_by[i] = b;
     }
@@ -485,7 +484,7 @@ class Pass {
         for (std::int64_t m = gr_.mem_ptr[r]; m < gr_.mem_ptr[r + 1]; ++m) {
             const std::int64_t i = gr_.mem_idx[m];
             ready(i);
-            if (rdy_[i] > key) key = rdy_[i];
+            if (s_.start[i] > key) key = s_.start[i];
         }
         const std::int64_t i = gr_.mem_idx[gr_.mem_ptr[r]];
         const std::int32_t ln = g_.lane[i];
@@ -513,7 +512,7 @@ class Pass {
             ++size_[k];
             ++held_[k];
             phase_[w] = 2;
-            heap_.push(rdy_[w], w);
+            heap_.push(s_.start[w], w);
             return true;
         }
         return false;
@@ -529,7 +528,7 @@ class Pass {
         popWaiter(pl, w);
         ++held_[pl];
         phase_[w] = 2;
-        heap_.push(std::max(t, rdy_[w]), w);
+        heap_.push(std::max(t, s_.start[w]), w);
     }
 
     // Returns false when the node now waits for a pool server.
@@ -565,7 +564,7 @@ class Pass {
                 s_.bound_by[i] = kBoundLane;
             }
         }
-        if (st == t && t > rdy_[i]) s_.slot_wait[i] = t - rdy_[i];
+        if (st == t && t > s_.start[i]) s_.slot_wait[i] = t - s_.start[i];
         s_.start[i] = st;
         s_.finish[i] = st + g_.dur[i];
         if (ln >= 0) occupy(i, ln);
@@ -576,7 +575,7 @@ class Pass {
         std::int64_t gstart = kLow, gbind = -1;
         for (std::int64_t m = first; m < first + count; ++m) {
             const std::int64_t i = gr_.mem_idx[m];
-            std::int64_t st = rdy_[i];
+            std::int64_t st = s_.start[i];
             const std::int32_t ln = g_.lane[i];
             if (ln >= 0 && g_.lane_shared[ln]) {
                 const std::int64_t best = earliestServer(ln);
@@ -623,7 +622,7 @@ class Pass {
             }
             heap_.push(std::max(s_.finish[i], s_.start[a]), static_cast<std::int64_t>(n_) + a);
         }
-        for (std::int64_t e = optr_[i]; e < optr_[i + 1]; ++e) arrive(gr_.rep[odst_[e]]);
+        for (std::int64_t e = optr_[i]; e < optr_[i + 1]; ++e) arrive(odst_[e]);
         if (lane_next_[i] >= 0) arrive(gr_.rep[lane_next_[i]]);
     }
 
@@ -633,7 +632,7 @@ class Pass {
     std::size_t n_, L_;
     EventHeap heap_;
     std::vector<std::int64_t> srv_ptr_, free_, srv_last_, lane_last_, pool_now_, held_, size_;
-    std::vector<std::int64_t> wait_head_, wait_tail_, wait_next_, rdy_, chosen_;
+    std::vector<std::int64_t> wait_head_, wait_tail_, wait_next_, chosen_;
     std::vector<std::int8_t> phase_;  // 0 waiting, 1 asked for a pool server, 2 holds it, 3 placed
     std::vector<std::int64_t> optr_, odst_, pending_, lane_next_, hold_ptr_, hold_idx_;
     std::vector<std::int64_t> arm_;  // groups whose prerequisites are all placed, to be queued
@@ -647,8 +646,9 @@ class Pass {
 inline Schedule schedule(const Graph &g) {
     const Groups gr = barrierGroups(g);
     Schedule s;
-    const std::vector<std::int64_t> issue = topologicalOrder(g, gr);
-    detail::Pass pass(g, gr, issue, s);
+    std::vector<std::int64_t> optr, odst;
+    const std::vector<std::int64_t> issue = topologicalOrder(g, gr, &optr, &odst);
+    detail::Pass pass(g, gr, issue, std::move(optr), std::move(odst), s);
     pass.run();
     return s;
 }
