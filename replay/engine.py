@@ -20,7 +20,9 @@ nodes whose prerequisites (edges, and the lane predecessor on an in-order lane) 
 at the time they may start. The node popped takes the earliest free server of its lane (lowest
 index on ties) at that time or when it frees. Popped times never decrease except after a
 negative STREAM lag, so a shared lane serves first come, first served by ready time. Ties are
-broken by (time, order key, index): the pass is deterministic.
+broken by (time, order key, index): the pass is deterministic. A node on an in-order lane (or
+none) that holds no pool server is placed as soon as it is queued: its start is already known
+and nothing else can use its lane meanwhile, so the heap would only delay the bookkeeping.
 
 **Pools** (``OpGraph.hold_lane``/``hold_until``): a node that holds a pool server (a bounce-buffer
 slot) takes one when it is popped, and keeps it until node ``hold_until`` finishes; the server
