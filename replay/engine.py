@@ -1,28 +1,48 @@
-"""The replay engine: list scheduling of an OpGraph on in-order servers, in integer ns.
+"""The replay engine: an event-driven list scheduler of an OpGraph on its lanes, in integer ns.
 
-Scheduling rule (exact for CUDA streams, host threads and any other in-order server):
+Scheduling rule:
 
     ready[i]  = max(release[i], max over deps j of  finish[j] + lag   (start[j] + lag for LAUNCH))
-    start[i]  = max(ready[i], earliest free server of lane[i])
+    start[i]  = max(ready[i], a free server of lane[i], a free server of the pool it holds)
     finish[i] = start[i] + dur[i]
 
-Nodes are visited in one topological order; among the nodes whose prerequisites are all
-visited, the one with the smallest ``order`` key (captured start time, then node index) goes
-first. That visiting order is also the order in which a lane serves its nodes: a shared lane
-(PCIe link, crypto engine, copy engine) is a FIFO in *issue order*, not a work-conserving
-server that lets a later-issued ready node overtake an earlier one still waiting for its
-inputs. This is deterministic and cheap (O(E + V log V)); docs/architecture.md explains the
-choice. A multi-server lane gives each node the server that frees first (lowest index on ties).
+Lanes are of two disciplines (``Lanes.shared``):
 
-Barrier groups (one collective on all its ranks) are visited together and start together, at
-the latest of their members' individual start times.
+* **in order** (streams, host threads, the p2p proxy): the lane serves its nodes strictly in
+  *issue order*, a topological order of the graph in which, among nodes whose prerequisites are
+  all placed, the smallest ``order`` key (captured start, then node index) goes first. A node
+  waits for its lane predecessor in that order even when it is ready first.
+* **shared** (PCIe per direction, copy engines, CPU and GPU crypto, links): work-conserving. The
+  lane serves whichever node is *ready* first, not the one issued first.
 
-If a node has an explicit STREAM edge from the node just before it on its (single-server) lane,
-that edge, with its lag, replaces the lane constraint: this lets a STREAM edge with a negative lag
-reproduce the measured overlap of consecutive kernels.
+One event-driven pass places the nodes: a binary heap keyed by (time, order key, index) holds the
+nodes whose prerequisites (edges, and the lane predecessor on an in-order lane) are all placed,
+at the time they may start. The node popped takes the earliest free server of its lane (lowest
+index on ties) at that time or when it frees. Popped times never decrease except after a
+negative STREAM lag, so a shared lane serves first come, first served by ready time. Ties are
+broken by (time, order key, index): the pass is deterministic. A node on an in-order lane (or
+none) that holds no pool server is placed as soon as it is queued: its start is already known
+and nothing else can use its lane meanwhile, so the heap would only delay the bookkeeping.
 
+**Pools** (``OpGraph.hold_lane``/``hold_until``): a node that holds a pool server (a bounce-buffer
+slot) takes one when it is popped, and keeps it until node ``hold_until`` finishes; the server
+is then returned at that time (a heap event, before nodes at the same time) and goes to the
+longest-waiting request. A request that finds every server held doubles the pool, up to the
+lane's ``max_servers``; past that it waits. Should every unplaced node end up waiting on a pool
+(each holder waits for a server only another waiter would return), the pool grows by one for the
+first waiter, granted when it asked, as the driver would allocate a buffer rather than deadlock.
+
+Barrier groups (one collective on all its ranks) are queued when all their members are ready and
+start together, at the latest of their members' individual start times.
+
+If a node has an explicit STREAM edge from the node just before it on its single-server in-order
+lane, that edge, with its lag, replaces the lane constraint: this lets a STREAM edge with a
+negative lag reproduce the measured overlap of consecutive kernels.
+
+Cost: one topological sort (issue order, cycle detection) and one heap pass, O((E + V) log V).
 The loops are compiled with numba (cached on disk); ``FASTRACK_NO_JIT=1`` runs them as plain
-Python, which gives the same results more slowly.
+Python, which gives the same results more slowly. models/h100/cpp/fastrack/engine.hh is the
+same scheduler in C++ (bit-exact; tests/test_gem5_export.py).
 """
 
 from __future__ import annotations
@@ -39,9 +59,10 @@ from fastrack.jit import njit
 
 # How a node's start was bound (the ``bound_by`` result).
 BOUND_RELEASE = -1  # by its release time (or time 0)
-BOUND_LANE = -2  # by its lane being busy with the previous node
+BOUND_LANE = -2  # by its lane being busy with the previous node (``crit_pred``)
 BOUND_GROUP = -3  # by another member of its barrier group
-# values >= 0 are DepKind codes: bound by that edge from ``crit_pred``
+# values >= 0 are DepKind codes: bound by that edge from ``crit_pred``. A node that also waited
+# for a pool server after that has ``slot_wait`` > 0: it started that much later than it would have.
 
 _LAUNCH = int(DepKind.LAUNCH)
 _STREAM = int(DepKind.STREAM)
@@ -55,7 +76,12 @@ class Schedule:
     finish: np.ndarray  # int64 ns
     crit_pred: np.ndarray  # int64: node whose finish/start bound this node's start, or -1
     bound_by: np.ndarray  # int8: BOUND_* or the DepKind of the binding edge
-    order: np.ndarray  # int64: the visiting order
+    order: np.ndarray  # int64: the order in which the nodes were placed
+    # int64 ns per node: how long its start waited for a pool server after it was otherwise ready
+    # (0 when the wait did not bind); the critical path attributes it to BOUNCE_WAIT
+    slot_wait: np.ndarray
+    # int64 per lane: servers at the end of the replay (a pool's size after growing; else servers)
+    lane_servers: np.ndarray
 
     @property
     def makespan(self) -> int:
@@ -130,74 +156,334 @@ def _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, key):
 
 
 @njit(cache=True)
-def _schedule(order, rep, mem_ptr, mem_idx, lane, srv_ptr, dur, release, dep_ptr, dep_src, dep_kind, dep_lag,
-              launch_code, stream_code):
+def _lane_successors(order, lane, shared, rep, pending):
+    """Issue order of every in-order lane: ``nxt[i]`` is the node that follows ``i`` on its lane
+    (it is queued only once ``i`` is placed); adds one to ``pending`` of its group for each.
+    Consecutive members of one barrier group on one lane gate nothing (they are placed together)."""
     n = order.shape[0]
+    last = np.full(shared.shape[0], -1, np.int64)
+    nxt = np.full(n, -1, np.int32)
+    for k in range(n):
+        i = order[k]
+        ln = lane[i]
+        if ln < 0 or shared[ln]:
+            continue
+        p = last[ln]
+        if p >= 0 and rep[p] != rep[i]:
+            nxt[p] = i
+            pending[rep[i]] += 1
+        last[ln] = i
+    return nxt
+
+
+@njit(cache=True)
+def _ev_less(hk, hi, okey, n, a, b):
+    """Heap order: (time, order key, index); pool-server returns (index >= n) go first at a time."""
+    if hk[a] != hk[b]:
+        return hk[a] < hk[b]
+    ia = hi[a]
+    ib = hi[b]
+    if ia >= n or ib >= n:
+        if ia >= n and ib >= n:
+            return ia < ib
+        return ia >= n
+    if okey[ia] != okey[ib]:
+        return okey[ia] < okey[ib]
+    return ia < ib
+
+
+@njit(cache=True)
+def _ev_push(hk, hi, okey, n, size, k, idx):
+    pos = size
+    hk[pos] = k
+    hi[pos] = idx
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if _ev_less(hk, hi, okey, n, parent, pos):
+            break
+        hk[parent], hk[pos] = hk[pos], hk[parent]
+        hi[parent], hi[pos] = hi[pos], hi[parent]
+        pos = parent
+    return size + 1
+
+
+@njit(cache=True)
+def _ev_pop(hk, hi, okey, n, size):
+    k, idx = hk[0], hi[0]
+    size -= 1
+    hk[0] = hk[size]
+    hi[0] = hi[size]
+    pos = 0
+    while True:
+        left = 2 * pos + 1
+        if left >= size:
+            break
+        best = left
+        right = left + 1
+        if right < size and _ev_less(hk, hi, okey, n, right, left):
+            best = right
+        if _ev_less(hk, hi, okey, n, pos, best):
+            break
+        hk[pos], hk[best] = hk[best], hk[pos]
+        hi[pos], hi[best] = hi[best], hi[pos]
+        pos = best
+    return k, idx, size
+
+
+@njit(cache=True)
+def _earliest_server(free, srv_ptr, ln):
+    best = srv_ptr[ln]
+    for sv in range(srv_ptr[ln] + 1, srv_ptr[ln + 1]):
+        if free[sv] < free[best]:
+            best = sv
+    return best
+
+
+@njit(cache=True)
+def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, release, dep_ptr, dep_src, dep_kind,
+              dep_lag, out_ptr, out_dst, lane_next, pending, hold_lane, hold_ptr, hold_idx, pool_size, pool_max,
+              launch_code, stream_code):
+    """One event-driven pass (see the module docstring). Returns the schedule arrays, the lanes'
+    final sizes, the number of nodes placed and an error code (0 ok; 1: ``err_node`` returns a
+    pool server its holder has not taken yet). Until a node is placed, ``start`` holds the time
+    it may start (its ready time; on an in-order lane, also when the lane is free for it)."""
     start = np.zeros(n, np.int64)
     finish = np.zeros(n, np.int64)
     pred = np.full(n, -1, np.int64)
     bound = np.full(n, -1, np.int8)
+    slot_wait = np.zeros(n, np.int64)
+    chosen = np.zeros(n, np.int32)  # server of a node on an in-order lane (picked when it is queued)
+    phase = np.zeros(n, np.int8)  # 0 waiting, 1 asked for a pool server, 2 holds it, 3 placed
     free = np.zeros(srv_ptr[-1], np.int64)  # per server: time it frees
-    last = np.full(srv_ptr.shape[0] - 1, -1, np.int64)  # per lane: last node served
-    chosen = np.zeros(n, np.int64)  # server picked per node
-    pos = 0
-    while pos < n:
-        node0 = order[pos]
-        r = rep[node0]
+    srv_last = np.full(srv_ptr[-1], -1, np.int64)  # per server: last node it served
+    nl = shared.shape[0]
+    lane_last = np.full(nl, -1, np.int64)  # per lane: last node placed on it
+    pool_now = np.full(nl, np.iinfo(np.int64).min, np.int64)  # per pool: time of its latest event
+    held = np.zeros(nl, np.int64)
+    size = pool_size.copy()
+    wait_head = np.full(nl, -1, np.int64)
+    wait_tail = np.full(nl, -1, np.int64)
+    wait_next = np.empty(n, np.int32)  # next waiter of the same pool (set when a node starts waiting)
+    for e in range(out_dst.shape[0]):
+        pending[rep[out_dst[e]]] += 1
+    cap = n + 2 * hold_idx.shape[0] + 1
+    hk = np.empty(cap, np.int64)
+    hi = np.empty(cap, np.int64)
+    hsize = 0
+    low = np.iinfo(np.int64).min
+    arm = np.empty(n, np.int32)  # groups whose prerequisites are all placed, to be queued
+    narm = 0
+    now = np.empty(n, np.int32)  # nodes whose start is known when queued: placed before the heap
+    nnow = 0
+    for r in range(n):
+        if rep[r] == r and pending[r] == 0:
+            arm[narm] = r
+            narm += 1
+    seq = np.empty(n, np.int64)
+    placed = 0
+    err = 0
+    err_node = -1
+    while True:
+        # queue the groups armed by the last placement: when each member may start
+        while narm > 0:
+            narm -= 1
+            r = arm[narm]
+            key = low
+            for m in range(mem_ptr[r], mem_ptr[r + 1]):
+                i = mem_idx[m]
+                t = release[i]
+                p = -1
+                b = -1
+                ln = lane[i]
+                single = ln >= 0 and not shared[ln] and srv_ptr[ln + 1] - srv_ptr[ln] == 1
+                explicit = False
+                for e in range(dep_ptr[i], dep_ptr[i + 1]):
+                    src = dep_src[e]
+                    if dep_kind[e] == launch_code:
+                        c = start[src] + dep_lag[e]
+                    else:
+                        c = finish[src] + dep_lag[e]
+                    if c > t or p < 0 and c == t:
+                        t = c
+                        p = src
+                        b = dep_kind[e]
+                    if single and dep_kind[e] == stream_code and src == srv_last[srv_ptr[ln]]:
+                        explicit = True
+                if ln >= 0 and not shared[ln]:
+                    best = _earliest_server(free, srv_ptr, ln)
+                    chosen[i] = best
+                    if not explicit:
+                        if free[best] > t:
+                            t = free[best]
+                            p = srv_last[best]
+                            b = -2
+                        prev = lane_last[ln]
+                        if prev >= 0 and start[prev] > t:
+                            t = start[prev]
+                            p = prev
+                            b = -2
+                start[i] = t
+                pred[i] = p
+                bound[i] = b
+                if t > key:
+                    key = t
+            # a single node on an in-order lane or none, holding nothing, starts when it may: its
+            # lane serves nothing else meanwhile, so place it now (the heap would only delay it)
+            i = mem_idx[mem_ptr[r]]
+            if mem_ptr[r + 1] - mem_ptr[r] == 1 and hold_lane[i] < 0 and (lane[i] < 0 or not shared[lane[i]]):
+                now[nnow] = r
+                nnow += 1
+            else:
+                hsize = _ev_push(hk, hi, okey, n, hsize, key, r)
+        if nnow > 0:
+            nnow -= 1
+            idx = now[nnow]
+            t = start[idx]
+        elif hsize == 0:
+            # every unplaced node waits, directly or not, for a pool server that only an unplaced
+            # node would return: the pool grows past its maximum for the first waiter, granted
+            # when it asked (the driver would allocate another buffer rather than deadlock)
+            pl = -1
+            for k in range(nl):
+                if wait_head[k] >= 0:
+                    pl = k
+                    break
+            if pl < 0:
+                break
+            w = wait_head[pl]
+            wait_head[pl] = wait_next[w]
+            if wait_head[pl] < 0:
+                wait_tail[pl] = -1
+            size[pl] += 1
+            held[pl] += 1
+            phase[w] = 2
+            hsize = _ev_push(hk, hi, okey, n, hsize, start[w], w)
+            continue
+        else:
+            t, idx, hsize = _ev_pop(hk, hi, okey, n, hsize)
+        if idx >= n:  # a pool server returned
+            pl = hold_lane[idx - n]
+            if t > pool_now[pl]:
+                pool_now[pl] = t
+            t = pool_now[pl]
+            held[pl] -= 1
+            w = wait_head[pl]
+            if w >= 0:
+                wait_head[pl] = wait_next[w]
+                if wait_head[pl] < 0:
+                    wait_tail[pl] = -1
+                held[pl] += 1
+                phase[w] = 2
+                hsize = _ev_push(hk, hi, okey, n, hsize, max(t, start[w]), w)
+            continue
+        r = idx
         first = mem_ptr[r]
         count = mem_ptr[r + 1] - first
-        gstart = np.int64(-(1 << 62))
-        gbind = -1
-        for k in range(count):
-            i = order[pos + k]
-            t = release[i]
-            p = np.int64(-1)
-            b = np.int8(-1)
-            ln = lane[i]
-            explicit = False
-            for e in range(dep_ptr[i], dep_ptr[i + 1]):
-                s = dep_src[e]
-                if dep_kind[e] == launch_code:
-                    c = start[s] + dep_lag[e]
+        if count == 1:
+            i = r
+            pl = hold_lane[i]
+            if pl >= 0 and phase[i] != 2:
+                # the pool's state is that of its latest event: a request from earlier (a node
+                # whose time runs behind, after a negative lag) is served at that event's time
+                if t < pool_now[pl]:
+                    t = pool_now[pl]
+                pool_now[pl] = t
+                if held[pl] < size[pl]:
+                    held[pl] += 1
+                elif size[pl] < pool_max[pl]:
+                    size[pl] = min(2 * size[pl], pool_max[pl])
+                    held[pl] += 1
                 else:
-                    c = finish[s] + dep_lag[e]
-                if c > t or p < 0 and c == t:
-                    t = c
-                    p = s
-                    b = np.int8(dep_kind[e])
-                if dep_kind[e] == stream_code and ln >= 0 and s == last[ln] and srv_ptr[ln + 1] - srv_ptr[ln] == 1:
-                    explicit = True
-            if ln >= 0:
-                best = srv_ptr[ln]
-                for sv in range(srv_ptr[ln] + 1, srv_ptr[ln + 1]):
-                    if free[sv] < free[best]:
-                        best = sv
-                chosen[i] = best
-                if not explicit and free[best] > t:
-                    t = free[best]
-                    p = last[ln]
-                    b = np.int8(-2)
-            start[i] = t
-            pred[i] = p
-            bound[i] = b
-            if t > gstart:
-                gstart = t
-                gbind = i
-        for k in range(count):
-            i = order[pos + k]
-            if count > 1 and start[i] < gstart:
-                start[i] = gstart
-                pred[i] = gbind
-                bound[i] = np.int8(-3)
-            finish[i] = start[i] + dur[i]
+                    phase[i] = 1
+                    wait_next[i] = -1
+                    if wait_tail[pl] >= 0:
+                        wait_next[wait_tail[pl]] = i
+                    else:
+                        wait_head[pl] = i
+                    wait_tail[pl] = i
+                    continue
+                phase[i] = 2
+            s = t
             ln = lane[i]
+            if ln >= 0 and shared[ln]:
+                best = _earliest_server(free, srv_ptr, ln)
+                chosen[i] = best
+                if free[best] > s:
+                    s = free[best]
+                    pred[i] = srv_last[best]
+                    bound[i] = -2
+            if s == t and t > start[i]:
+                slot_wait[i] = t - start[i]
+            start[i] = s
+            finish[i] = s + dur[i]
             if ln >= 0:
                 sv = chosen[i]
                 if finish[i] > free[sv]:
                     free[sv] = finish[i]
-                last[ln] = i
-        pos += count
-    return start, finish, pred, bound
+                srv_last[sv] = i
+                lane_last[ln] = i
+        else:
+            gstart = low
+            gbind = -1
+            for m in range(first, first + count):
+                i = mem_idx[m]
+                s = start[i]
+                ln = lane[i]
+                if ln >= 0 and shared[ln]:
+                    best = _earliest_server(free, srv_ptr, ln)
+                    chosen[i] = best
+                    if free[best] > s:
+                        s = free[best]
+                        pred[i] = srv_last[best]
+                        bound[i] = -2
+                start[i] = s
+                if s > gstart:
+                    gstart = s
+                    gbind = i
+            for m in range(first, first + count):
+                i = mem_idx[m]
+                if start[i] < gstart:
+                    start[i] = gstart
+                    pred[i] = gbind
+                    bound[i] = -3
+                finish[i] = start[i] + dur[i]
+                ln = lane[i]
+                if ln >= 0:
+                    sv = chosen[i]
+                    if finish[i] > free[sv]:
+                        free[sv] = finish[i]
+                    srv_last[sv] = i
+                    lane_last[ln] = i
+        # placed: record, return the pool servers it frees, arm what it was the last prerequisite of
+        for m in range(first, first + count):
+            i = mem_idx[m]
+            phase[i] = 3
+            seq[placed] = i
+            placed += 1
+        for m in range(first, first + count):
+            i = mem_idx[m]
+            for h in range(hold_ptr[i], hold_ptr[i + 1]):
+                a = hold_idx[h]
+                if phase[a] != 3:
+                    if err == 0:
+                        err = 1
+                        err_node = i
+                    continue
+                hsize = _ev_push(hk, hi, okey, n, hsize, max(finish[i], start[a]), n + a)
+            for e in range(out_ptr[i], out_ptr[i + 1]):
+                d = rep[out_dst[e]]
+                pending[d] -= 1
+                if pending[d] == 0:
+                    arm[narm] = d
+                    narm += 1
+            nx = lane_next[i]
+            if nx >= 0:
+                d = rep[nx]
+                pending[d] -= 1
+                if pending[d] == 0:
+                    arm[narm] = d
+                    narm += 1
+    return start, finish, pred, bound, slot_wait, seq, size, placed, err, err_node
 
 
 def _groups(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -220,8 +506,8 @@ def _groups(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rep, mem_ptr, mem_idx
 
 
-def topological_order(graph: OpGraph) -> np.ndarray:
-    """The engine's visiting order; raises GraphError naming the ops of a cycle."""
+def _topology(graph: OpGraph):
+    """Issue order (raises GraphError naming the ops of a cycle), barrier groups, successors CSR."""
     n = graph.n
     dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.dep_ptr))
     src = graph.dep_src.astype(np.int64)
@@ -240,7 +526,12 @@ def topological_order(graph: OpGraph) -> np.ndarray:
     order, placed = _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, graph.order.astype(np.int64))
     if placed < n:
         _raise_cycle(graph, order[:placed])
-    return order
+    return order, rep, mem_ptr, mem_idx, out_ptr, out_dst
+
+
+def topological_order(graph: OpGraph) -> np.ndarray:
+    """The issue order (in-order lanes serve in it); raises GraphError naming the ops of a cycle."""
+    return _topology(graph)[0]
 
 
 def _raise_cycle(graph: OpGraph, placed: np.ndarray) -> None:
@@ -266,28 +557,38 @@ def _raise_cycle(graph: OpGraph, placed: np.ndarray) -> None:
 def schedule(graph: OpGraph) -> Schedule:
     """Replay a graph. Deterministic: the same graph always gives the same schedule."""
     graph.validate()
-    order = topological_order(graph)
-    rep, mem_ptr, mem_idx = _groups(graph)  # members of a group are contiguous in ``order``
-    lane_servers = graph.lanes.servers.astype(np.int64)
-    srv_ptr = np.zeros(len(graph.lanes) + 1, np.int64)
+    issue, rep, mem_ptr, mem_idx, out_ptr, out_dst = _topology(graph)
+    lanes = graph.lanes
+    n = graph.n
+    shared = np.asarray(lanes.shared, np.bool_)
+    lane_servers = lanes.servers.astype(np.int64)
+    srv_ptr = np.zeros(len(lanes) + 1, np.int64)
     np.cumsum(lane_servers, out=srv_ptr[1:])
-    start, finish, pred, bound = _schedule(
-        order,
-        rep,
-        mem_ptr,
-        mem_idx,
-        graph.lane.astype(np.int64),
-        srv_ptr,
-        graph.dur.astype(np.int64),
-        graph.release.astype(np.int64),
-        graph.dep_ptr.astype(np.int64),
-        graph.dep_src.astype(np.int64),
-        graph.dep_kind.astype(np.int64),
-        graph.dep_lag.astype(np.int64),
-        _LAUNCH,
-        _STREAM,
-    )
-    return Schedule(start=start, finish=finish, crit_pred=pred, bound_by=bound, order=order)
+    pending = np.zeros(n, np.int32)  # per group: prerequisites not yet placed (edges, lane predecessors)
+    lane_next = _lane_successors(issue, graph.lane, shared, rep, pending)
+    del issue
+    holders = np.flatnonzero(graph.hold_lane >= 0)
+    freer = np.asarray(graph.hold_until[holders], np.int64)
+    hold_idx = holders[np.argsort(freer, kind="stable")].astype(np.int64)
+    hold_ptr = np.zeros(n + 1, np.int64)  # (left untouched, hence unallocated, without holds)
+    if holders.size:
+        np.cumsum(np.bincount(freer, minlength=n), out=hold_ptr[1:])
+    i64 = np.int64
+    start, finish, pred, bound, slot_wait, seq, size, placed, err, err_node = _schedule(
+        n, rep, mem_ptr, mem_idx, np.asarray(graph.order, i64), graph.lane, shared, srv_ptr,
+        np.asarray(graph.dur, i64), np.asarray(graph.release, i64), np.asarray(graph.dep_ptr, i64),
+        np.asarray(graph.dep_src, i64), graph.dep_kind, np.asarray(graph.dep_lag, i64), out_ptr, out_dst,
+        lane_next, pending, graph.hold_lane, hold_ptr, hold_idx, lane_servers,
+        lanes.max_servers.astype(np.int64), _LAUNCH, _STREAM)
+    if err == 1:
+        raise GraphError(f"{graph.node_label(int(err_node))} returns a pool server (bounce slot) that a node it "
+                         "does not depend on has not taken yet")
+    if placed < n:
+        left = np.ones(n, bool)
+        left[seq[:placed]] = False
+        raise GraphError(f"{n - placed} op(s) can never start, first {graph.node_label(int(np.flatnonzero(left)[0]))}")
+    return Schedule(start=start, finish=finish, crit_pred=pred, bound_by=bound, order=seq, slot_wait=slot_wait,
+                    lane_servers=size)
 
 
 __all__ = ["njit", "Schedule", "schedule", "topological_order", "BOUND_GROUP", "BOUND_LANE", "BOUND_RELEASE", "NO_LANE"]

@@ -5,9 +5,14 @@ A trace (one row per op, deps as lists of op ids) becomes an :class:`OpGraph`:
 * per-node arrays (kind, lane, duration, bytes, ...), indexed 0..n-1;
 * dependencies in CSR form, grouped by the dependent node (``dep_ptr``/``dep_src``), each edge
   with a kind (:class:`fastrack.schema.DepKind`) and a lag in ns;
-* lanes: the in-order servers ops run on (host threads, GPU streams, and whatever the hardware
-  model adds: copy engines, PCIe links, crypto engines). A lane may have several identical
-  servers (``lane_servers``), e.g. a pool of CPU cores;
+* lanes: the servers ops run on (host threads, GPU streams, and whatever the hardware model
+  adds: copy engines, PCIe links, crypto engines). A lane may have several identical servers
+  (``Lanes.servers``), e.g. a pool of CPU cores. Each lane is either *in order* (a stream, a host
+  thread: it serves its nodes strictly in issue order) or *shared* (work-conserving: it serves
+  whichever node is ready first), see ``Lanes.shared``;
+* pools: lanes no node runs on, whose servers nodes *hold* across several nodes (a bounce-buffer
+  slot from the node that fills it to the node that empties it): ``hold_lane``/``hold_until``.
+  A pool may grow, doubling up to ``Lanes.max_servers``, when a request finds every server held;
 * barrier groups: nodes that must start together (the members of one collective on all ranks).
 
 Edge semantics (what the engine implements):
@@ -53,7 +58,7 @@ class Category(enum.IntEnum):
 
 
 class LaneType(enum.IntEnum):
-    """Kinds of in-order servers. Hardware models may use any of them."""
+    """Kinds of servers. Hardware models may use any of them."""
 
     HOST_THREAD = 0
     STREAM = 1
@@ -65,10 +70,17 @@ class LaneType(enum.IntEnum):
     GPU_AUTH = 7
     SUBMIT = 8
     LINK = 9  # GPU<->GPU link (NVLink/NVSwitch/PCIe peer)
+    BOUNCE_POOL = 10  # a rank's bounce-buffer (staging) slots: a pool nodes hold (hold_lane)
 
     @property
     def label(self) -> str:
         return self.name.lower()
+
+
+# Lanes that serve in issue order (the hardware is in order: a stream is a FIFO, a host thread runs
+# its program in sequence, the p2p proxy is one thread). Every other type is shared: a
+# work-conserving server that serves whichever node is ready first.
+IN_ORDER_TYPES = frozenset({LaneType.HOST_THREAD, LaneType.STREAM, LaneType.SUBMIT})
 
 
 # Default category of each trace op kind (protocol transforms set categories of derived nodes).
@@ -87,21 +99,46 @@ NO_LANE = -1
 
 @dataclass(frozen=True)
 class Lanes:
-    """The servers of a graph. Lane ``i`` has ``servers[i]`` identical in-order servers."""
+    """The servers of a graph. Lane ``i`` has ``servers[i]`` identical servers.
+
+    ``shared[i]``: False for an in-order lane (it serves its nodes in issue order: a node waits
+    for the lane's previous node even when it is ready first), True for a shared, work-conserving
+    one (it serves whichever node is ready first). Defaults from the type (:data:`IN_ORDER_TYPES`).
+    ``max_servers[i]``: what a pool lane may grow to (doubling on demand); defaults to ``servers``.
+    """
 
     rank: np.ndarray  # int32
     type: np.ndarray  # int8 (LaneType)
     key: np.ndarray  # int64: thread id, stream id, engine index, ...
-    servers: np.ndarray  # int32 >= 1
+    servers: np.ndarray  # int32 >= 1 (a pool's initial size)
     names: tuple[str, ...]  # human-readable, e.g. "rank0/thread 1234", "rank0/pcie_h2d"
+    shared: np.ndarray | None = None  # bool; None: by type
+    max_servers: np.ndarray | None = None  # int32 >= servers; None: = servers
+
+    def __post_init__(self) -> None:
+        if self.shared is None:
+            in_order = np.isin(self.type, np.array(sorted(int(t) for t in IN_ORDER_TYPES), np.int8))
+            object.__setattr__(self, "shared", ~in_order)
+        else:
+            object.__setattr__(self, "shared", np.asarray(self.shared, bool))
+        if self.max_servers is None:
+            object.__setattr__(self, "max_servers", np.asarray(self.servers, np.int32).copy())
+        else:
+            object.__setattr__(self, "max_servers", np.asarray(self.max_servers, np.int32))
 
     def __len__(self) -> int:
         return len(self.names)
 
-    def add(self, rank: int, type_: LaneType, key: int, name: str, servers: int = 1) -> tuple["Lanes", int]:
-        """A new Lanes with one more lane; returns it and the new lane's index."""
+    def add(self, rank: int, type_: LaneType, key: int, name: str, servers: int = 1, *,
+            shared: bool | None = None, max_servers: int | None = None) -> tuple["Lanes", int]:
+        """A new Lanes with one more lane; returns it and the new lane's index. ``shared``
+        defaults by type; ``max_servers`` (pools that grow) defaults to ``servers``."""
         if servers < 1:
             raise GraphError(f"lane '{name}' needs at least one server, got {servers}")
+        top = servers if max_servers is None else max_servers
+        if top < servers:
+            raise GraphError(f"lane '{name}' may grow to {top} servers, fewer than its {servers}")
+        sh = LaneType(type_) not in IN_ORDER_TYPES if shared is None else bool(shared)
         return (
             Lanes(
                 rank=np.append(self.rank, np.int32(rank)).astype(np.int32),
@@ -109,9 +146,17 @@ class Lanes:
                 key=np.append(self.key, np.int64(key)).astype(np.int64),
                 servers=np.append(self.servers, np.int32(servers)).astype(np.int32),
                 names=self.names + (name,),
+                shared=np.append(self.shared, sh).astype(bool),
+                max_servers=np.append(self.max_servers, np.int32(top)).astype(np.int32),
             ),
             len(self.names),
         )
+
+    def with_max_servers(self, lane: int, max_servers: int) -> "Lanes":
+        """A copy with lane ``lane`` allowed to grow to ``max_servers`` (at least its servers)."""
+        top = self.max_servers.copy()
+        top[lane] = max(int(max_servers), int(self.servers[lane]))
+        return dataclasses.replace(self, max_servers=top)
 
     def find(self, rank: int, type_: LaneType, key: int = 0) -> int:
         hit = np.flatnonzero((self.rank == rank) & (self.type == type_) & (self.key == key))
@@ -170,6 +215,19 @@ class OpGraph:
     # what the builder derived from the measurement (launch latency per rank, unexplained waits);
     # None for graphs not built from a trace
     calibration: Calibration | None = None
+    # --- pool holds, per node (None: no node holds anything) ---
+    # hold_lane: int32, the pool lane (no node runs on it) one of whose servers the node takes when
+    # it is ready to start (waiting while all are held), or NO_LANE; hold_until: int64, the node at
+    # whose finish that server is returned (-1 where hold_lane is NO_LANE).
+    hold_lane: np.ndarray | None = None
+    hold_until: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = int(self.dur.shape[0])
+        if self.hold_lane is None:
+            object.__setattr__(self, "hold_lane", np.full(n, NO_LANE, np.int32))
+        if self.hold_until is None:
+            object.__setattr__(self, "hold_until", np.full(n, -1, np.int64))
 
     @property
     def n(self) -> int:
@@ -213,6 +271,50 @@ class OpGraph:
         bad = np.flatnonzero((self.lane < NO_LANE) | (self.lane >= len(self.lanes)))
         if bad.size:
             raise GraphError(f"{self.node_label(int(bad[0]))} is on lane {int(self.lane[bad[0]])}, which does not exist")
+        lanes = self.lanes
+        for arr_name in ("type", "key", "servers", "shared", "max_servers"):
+            if getattr(lanes, arr_name).shape[0] != len(lanes):
+                raise GraphError(f"lane array '{arr_name}' has {getattr(lanes, arr_name).shape[0]} entries, "
+                                 f"expected {len(lanes)}")
+        bad = np.flatnonzero((lanes.servers < 1) | (lanes.max_servers < lanes.servers))
+        if bad.size:
+            k = int(bad[0])
+            raise GraphError(f"lane '{lanes.names[k]}' has {int(lanes.servers[k])} servers and may grow to "
+                             f"{int(lanes.max_servers[k])}: expected 1 <= servers <= max_servers")
+        self._validate_holds()
+
+    def _validate_holds(self) -> None:
+        n = self.n
+        hl, hu = self.hold_lane, self.hold_until
+        if hl.shape[0] != n or hu.shape[0] != n:
+            raise GraphError(f"graph arrays 'hold_lane'/'hold_until' have {hl.shape[0]}/{hu.shape[0]} entries, "
+                             f"expected {n}")
+        holds = np.flatnonzero(hl != NO_LANE)
+        if not holds.size:
+            if np.any(hu != -1):
+                raise GraphError(f"{self.node_label(int(np.flatnonzero(hu != -1)[0]))} returns a pool server "
+                                 "it never holds (hold_until without hold_lane)")
+            return
+        if np.any(hu[hl == NO_LANE] != -1):
+            i = int(np.flatnonzero((hl == NO_LANE) & (hu != -1))[0])
+            raise GraphError(f"{self.node_label(i)} returns a pool server it never holds (hold_until without hold_lane)")
+        bad = holds[(hl[holds] < 0) | (hl[holds] >= len(self.lanes)) | (hu[holds] < 0) | (hu[holds] >= n)]
+        if bad.size:
+            i = int(bad[0])
+            raise GraphError(f"{self.node_label(i)} holds a server of lane {int(hl[i])} until node {int(hu[i])}; "
+                             "one of them does not exist")
+        pools = np.zeros(len(self.lanes), bool)
+        pools[hl[holds]] = True
+        on = self.lane[self.lane >= 0]
+        busy = np.flatnonzero(pools[on])
+        if busy.size:
+            i = int(np.flatnonzero(self.lane >= 0)[busy[0]])
+            raise GraphError(f"{self.node_label(i)} runs on lane '{self.lanes.names[int(self.lane[i])]}', which is "
+                             "a pool that nodes hold (a pool serves holds only)")
+        grouped = holds[self.group[holds] >= 0]
+        if grouped.size:
+            raise GraphError(f"{self.node_label(int(grouped[0]))} is in a barrier group and holds a pool server "
+                             "(not supported)")
 
 
 # The per-node arrays of OpGraph, in declaration order, and their dtypes: the one list that graph

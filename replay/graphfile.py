@@ -3,8 +3,8 @@
 An export directory (``replay export-<simulator>``, :mod:`replay.export`) holds, whatever the
 hardware model or the simulator:
 
-* ``graph.bin``: the transformed graph, binary format version 1 (header with counts, lanes,
-  nodes, CSR edges, end marker; :func:`write_graph`, layout in docs/gem5.md);
+* ``graph.bin``: the transformed graph, binary format version 2 (header with counts, lanes
+  with their discipline and pool maximum, nodes with their pool holds, CSR edges, end marker; :func:`write_graph`, layout in docs/gem5.md);
 * ``lanes.csv``: ``index,type,rank,servers,name`` of every lane (:func:`lanes_csv`);
 * ``expected.json``: the Python replay's makespan, per-rank makespans and per-lane busy time, and
   the simulated time a simulator must reach (:func:`expected_summary`; tick 0 is the first
@@ -31,7 +31,7 @@ from replay.engine import Schedule
 from replay.graph import LaneType, OpGraph
 from replay.results import ReplayResult
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"FTRKGRPH"
 END_MAGIC = b"FTRKEND\0"
 HEADER_BYTES = 64
@@ -46,13 +46,15 @@ EXPECTED_FILE = "expected.json"
 
 
 def graph_bytes_layout(graph: OpGraph) -> list[tuple[str, np.ndarray]]:
-    """The arrays of format version 1, in file order, with their on-disk dtypes."""
+    """The arrays of format version 2, in file order, with their on-disk dtypes."""
     lanes = graph.lanes
     le = "<"
     return [
         ("lane_servers", np.ascontiguousarray(lanes.servers, dtype=le + "i4")),
         ("lane_type", np.ascontiguousarray(lanes.type, dtype="i1")),
         ("lane_rank", np.ascontiguousarray(lanes.rank, dtype=le + "i4")),
+        ("lane_shared", np.ascontiguousarray(lanes.shared, dtype="i1")),
+        ("lane_max_servers", np.ascontiguousarray(lanes.max_servers, dtype=le + "i4")),
         ("op_id", np.ascontiguousarray(graph.op_id, dtype=le + "i8")),
         ("rank", np.ascontiguousarray(graph.rank, dtype=le + "i4")),
         ("lane", np.ascontiguousarray(graph.lane, dtype=le + "i4")),
@@ -63,6 +65,8 @@ def graph_bytes_layout(graph: OpGraph) -> list[tuple[str, np.ndarray]]:
         ("order", np.ascontiguousarray(graph.order, dtype=le + "i8")),
         ("release", np.ascontiguousarray(graph.release, dtype=le + "i8")),
         ("group", np.ascontiguousarray(graph.group, dtype=le + "i8")),
+        ("hold_lane", np.ascontiguousarray(graph.hold_lane, dtype=le + "i4")),
+        ("hold_until", np.ascontiguousarray(graph.hold_until, dtype=le + "i8")),
         ("dep_ptr", np.ascontiguousarray(graph.dep_ptr, dtype=le + "i8")),
         ("dep_src", np.ascontiguousarray(graph.dep_src, dtype=le + "i8")),
         ("dep_kind", np.ascontiguousarray(graph.dep_kind, dtype="u1")),
@@ -71,7 +75,7 @@ def graph_bytes_layout(graph: OpGraph) -> list[tuple[str, np.ndarray]]:
 
 
 def write_graph(path: str | Path, graph: OpGraph) -> None:
-    """Write ``graph`` in format version 1 (atomically)."""
+    """Write ``graph`` in format version 2 (atomically)."""
     header = MAGIC + np.array([FORMAT_VERSION, HEADER_BYTES], "<u4").tobytes() + np.array(
         [graph.n, graph.num_edges, len(graph.lanes), 0, 0, 0], "<u8").tobytes()
     assert len(header) == HEADER_BYTES
@@ -83,16 +87,20 @@ def write_graph(path: str | Path, graph: OpGraph) -> None:
 
 
 def read_schedule(path: str | Path) -> dict[str, np.ndarray]:
-    """A schedule written by ``fastrack_replay --schedule`` (tests compare it node by node)."""
+    """A schedule written by ``fastrack_replay --schedule`` (version 2; tests compare it node by node)."""
     raw = Path(path).read_bytes()
     if raw[:8] != SCHEDULE_MAGIC:
         raise FastrackError("not a Fastrack schedule file", path=path)
-    n = int(np.frombuffer(raw, "<u8", 1, 16)[0])
-    off = 24
+    version = int(np.frombuffer(raw, "<u4", 1, 8)[0])
+    if version != 2:
+        raise FastrackError(f"schedule file version {version} is not supported (expected 2)", path=path)
+    n, lanes = (int(x) for x in np.frombuffer(raw, "<u8", 2, 16))
+    off = 32
     out = {}
-    for name, dt in (("start", "<i8"), ("finish", "<i8"), ("crit_pred", "<i8"), ("bound_by", "i1"), ("order", "<i8")):
-        out[name] = np.frombuffer(raw, dt, n, off)
-        off += n * np.dtype(dt).itemsize
+    for name, dt, count in (("start", "<i8", n), ("finish", "<i8", n), ("crit_pred", "<i8", n), ("bound_by", "i1", n),
+                            ("order", "<i8", n), ("slot_wait", "<i8", n), ("lane_servers", "<i8", lanes)):
+        out[name] = np.frombuffer(raw, dt, count, off)
+        off += count * np.dtype(dt).itemsize
     if off != len(raw):
         raise FastrackError(f"schedule file has {len(raw)} bytes, expected {off}", path=path)
     return out
@@ -143,7 +151,9 @@ def expected_summary(graph: OpGraph, sched: Schedule, result: ReplayResult) -> d
         "nodes": graph.n,
         "edges": graph.num_edges,
         "resources": [{"index": i, "name": r["name"], "type": r["type"], "rank": r["rank"], "servers": r["servers"],
-                       "ops": r["ops"], "busy_ns": r["busy_ns"]} for i, r in enumerate(result.resources)],
+                       "ops": r["ops"], "busy_ns": r["busy_ns"],
+                       **({"peak_servers": r["peak_servers"]} if "peak_servers" in r else {})}
+                      for i, r in enumerate(result.resources)],
     }
 
 

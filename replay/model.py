@@ -216,7 +216,13 @@ class HardwareModel(abc.ABC):
     @property
     @abc.abstractmethod
     def bounce_slots(self) -> int:
-        """Slots in the per-rank bounce-buffer pool (back pressure when all are in use)."""
+        """Slots the per-rank bounce-buffer pool starts with."""
+
+    @property
+    def bounce_max_slots(self) -> int:
+        """Slots the pool may grow to (doubling when a chunk finds every slot in use); beyond
+        that, chunks wait for a slot to be freed (back pressure). Default: no growth."""
+        return self.bounce_slots
 
     @property
     @abc.abstractmethod

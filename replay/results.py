@@ -189,8 +189,8 @@ def step_spans(graph: OpGraph, sched: Schedule, entered: np.ndarray | None = Non
 
 
 @njit(cache=True)
-def _walk_critical_path(start, finish, pred, bound, category, edge_cat, ncat, launch_code, host_cat, group_code,
-                        lane_code):
+def _walk_critical_path(start, finish, pred, bound, slot_wait, category, edge_cat, ncat, launch_code, host_cat,
+                        group_code, lane_code, wait_cat):
     totals = np.zeros(ncat, np.int64)
     n = start.shape[0]
     i = 0
@@ -208,6 +208,10 @@ def _walk_critical_path(start, finish, pred, bound, category, edge_cat, ncat, la
             totals[category[i]] += own
         if s < t:
             t = s
+        w = slot_wait[i]  # the start waited this long for a pool server (bounce slot)
+        if w > 0:
+            totals[wait_cat] += w
+            t -= w
         p = pred[i]
         b = bound[i]
         if p < 0:
@@ -239,30 +243,45 @@ def critical_path(graph: OpGraph, sched: Schedule) -> dict[str, int]:
     if graph.n == 0:
         return {c.label: 0 for c in Category}
     totals = _walk_critical_path(sched.start, sched.finish, sched.crit_pred, sched.bound_by.astype(np.int64),
-                                 graph.category.astype(np.int64), _EDGE_CAT, len(Category), int(DepKind.LAUNCH),
-                                 int(Category.HOST), BOUND_GROUP, BOUND_LANE)
+                                 sched.slot_wait, graph.category.astype(np.int64), _EDGE_CAT, len(Category),
+                                 int(DepKind.LAUNCH), int(Category.HOST), BOUND_GROUP, BOUND_LANE,
+                                 int(Category.BOUNCE_WAIT))
     return {c.label: int(totals[int(c)]) for c in Category}
 
 
 def resource_usage(graph: OpGraph, sched: Schedule, makespan: int) -> list[dict[str, Any]]:
-    """Busy time and utilisation of every lane (busy / (servers x makespan))."""
+    """Busy time and utilisation of every lane (busy / (servers x makespan)).
+
+    A pool lane (bounce slots) counts holds: ``ops`` is the number of holds, ``busy_ns`` the sum of
+    (finish of the releasing node - start of the holder), ``peak_servers`` the size the pool grew
+    to, and utilisation is relative to that size."""
     lanes = graph.lanes
     on_lane = graph.lane >= 0
     busy = np.bincount(graph.lane[on_lane], weights=(sched.finish - sched.start)[on_lane],
                        minlength=len(lanes)).astype(np.int64)
     count = np.bincount(graph.lane[on_lane], minlength=len(lanes))
+    holders = np.flatnonzero(graph.hold_lane >= 0)
+    held = sched.finish[graph.hold_until[holders]] - sched.start[holders]
+    busy += np.bincount(graph.hold_lane[holders], weights=np.maximum(held, 0), minlength=len(lanes)).astype(np.int64)
+    count = count + np.bincount(graph.hold_lane[holders], minlength=len(lanes))
+    pools = np.zeros(len(lanes), bool)
+    pools[graph.hold_lane[holders]] = True
     out = []
     for li in range(len(lanes)):
         servers = int(lanes.servers[li])
-        out.append({
+        size = int(sched.lane_servers[li])
+        row = {
             "name": lanes.names[li],
             "type": LaneType(int(lanes.type[li])).label,
             "rank": int(lanes.rank[li]),
             "servers": servers,
             "ops": int(count[li]),
             "busy_ns": int(busy[li]),
-            "utilization": round(float(busy[li]) / (servers * makespan), 6) if makespan > 0 else 0.0,
-        })
+            "utilization": round(float(busy[li]) / (size * makespan), 6) if makespan > 0 else 0.0,
+        }
+        if pools[li]:
+            row["peak_servers"] = size
+        out.append(row)
     return out
 
 

@@ -31,21 +31,26 @@ def _defaults(n: int, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
-def lanes_for(lane: np.ndarray, servers=None) -> Lanes:
-    """Lanes 0..max(lane) on rank 0 (type 0, key = index, names ``lane<i>``)."""
-    nl = int(np.max(lane, initial=-1)) + 1
+def lanes_for(lane: np.ndarray, servers=None, types=None, max_servers=None, count: int = 0) -> Lanes:
+    """Lanes 0..max(lane) (at least ``count``, at least ``len(types)``) on rank 0 (type ``types[l]``,
+    default 0 = host thread, in order; key = index, names ``lane<i>``; ``max_servers``: default
+    the servers)."""
+    nl = max(int(np.max(lane, initial=-1)) + 1, int(count), len(types) if types is not None else 0)
     srv = np.array(servers if servers is not None else [1] * nl, np.int32)
-    return Lanes(rank=np.zeros(nl, np.int32), type=np.zeros(nl, np.int8), key=np.arange(nl, dtype=np.int64),
-                 servers=srv, names=tuple(f"lane{i}" for i in range(nl)))
+    typ = np.array(types if types is not None else [0] * nl, np.int8)
+    return Lanes(rank=np.zeros(nl, np.int32), type=typ, key=np.arange(nl, dtype=np.int64),
+                 servers=srv, names=tuple(f"lane{i}" for i in range(nl)),
+                 max_servers=None if max_servers is None else np.array(max_servers, np.int32))
 
 
 def make_graph(n: int, edges=(), lanes: Lanes | None = None, names: tuple[str, ...] = ("op",),
-               **columns) -> OpGraph:
+               hold_lane=None, hold_until=None, **columns) -> OpGraph:
     """A graph of ``n`` nodes. ``edges``: ``(src, dst, kind, lag)`` tuples, or a tuple of four
     arrays; stored grouped by dependent, keeping their given order within a dependent.
     ``columns``: per-node arrays (any of :data:`NODE_FIELDS`; the others get defaults: ids and
     order = index, no lane, duration 0, captured start/duration = order/duration, group and step -1).
-    ``lanes``: default :func:`lanes_for` the ``lane`` column."""
+    ``lanes``: default :func:`lanes_for` the ``lane`` column. ``hold_lane``/``hold_until``: the
+    pool holds (default: none)."""
     unknown = set(columns) - set(NODE_FIELDS)
     if unknown:
         raise TypeError(f"not per-node fields of OpGraph: {sorted(unknown)}")
@@ -63,19 +68,29 @@ def make_graph(n: int, edges=(), lanes: Lanes | None = None, names: tuple[str, .
     np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
     return OpGraph(**nodes, dep_ptr=ptr, dep_src=src[by_dst], dep_kind=np.asarray(kind, np.uint8)[by_dst],
                    dep_lag=np.asarray(lag, np.int64)[by_dst],
-                   lanes=lanes if lanes is not None else lanes_for(nodes["lane"]), names=tuple(names))
+                   lanes=lanes if lanes is not None else lanes_for(nodes["lane"]), names=tuple(names),
+                   hold_lane=None if hold_lane is None else np.asarray(hold_lane, np.int32),
+                   hold_until=None if hold_until is None else np.asarray(hold_until, np.int64))
 
 
-def graph(durs, deps=(), lanes=None, servers=None, release=None, order=None, group=None) -> OpGraph:
+def graph(durs, deps=(), lanes=None, servers=None, release=None, order=None, group=None, types=None, holds=(),
+          max_servers=None) -> OpGraph:
     """Engine-rule graph: node i lasts ``durs[i]`` on lane ``lanes[i]`` (-1: none); lane l has
-    ``servers[l]`` servers. ``deps``: ``(src, dst, kind, lag)``."""
+    ``servers[l]`` servers, type ``types[l]`` (default host thread: in order) and may grow to
+    ``max_servers[l]``. ``deps``: ``(src, dst, kind, lag)``; ``holds``: ``(holder, until, pool lane)``."""
     n = len(durs)
     cols = {"dur": durs, "lane": lanes if lanes is not None else [NO_LANE] * n}
     for name, value in (("release", release), ("order", order), ("group", group)):
         if value is not None:
             cols[name] = value
     lane = np.asarray(cols["lane"], np.int32)
-    return make_graph(n, deps, lanes=lanes_for(lane, servers), names=("x",), **cols)
+    hold_lane = np.full(n, NO_LANE, np.int32)
+    hold_until = np.full(n, -1, np.int64)
+    for holder, until, pool in holds:
+        hold_lane[holder], hold_until[holder] = pool, until
+    count = max((int(h[2]) + 1 for h in holds), default=0)
+    return make_graph(n, deps, lanes=lanes_for(lane, servers, types, max_servers, count), names=("x",),
+                      hold_lane=hold_lane, hold_until=hold_until, **cols)
 
 
 class HandGraph:

@@ -12,7 +12,7 @@ ROUND = {
     # tests/test_multigpu.py (the host-copy CC path has no separate authentication stage)
     "auth": {"serial_gb_s": 0.5, "parallel_gb_s_per_sm": 1.0, "op_overhead_ns": 0},
     "submit": {"kernel_ns": 1000, "copy_ns": 1000, "memset_ns": 1000, "collective_ns": 1000},
-    "bounce": {"slot_bytes": 1_000_000, "slots": 2},
+    "bounce": {"slot_bytes": 1_000_000, "slots": 2, "growth": "none", "max_slots": 2},
     "direct": {"h2d": "all", "d2h": "none", "min_bytes": 0},
     # multi-GPU (tests/test_multigpu.py): NVLink 10 GB/s = 10 bytes/ns, 1 us per ring step
     "topology": {"gpus_per_node": 8, "link": "nvlink", "nvlink_gb_s": 10.0, "nvlink_latency_ns": 1000,

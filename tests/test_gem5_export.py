@@ -97,8 +97,8 @@ def assert_same(core, export_dir: Path, graph: OpGraph, sched, expected: dict) -
     got = run_core(core, export_dir, export_dir / "cpp-schedule.bin", *(["--check-prices"] if checked else []))
     if checked and "priced" in got["price_check"]:
         assert got["price_check"]["mismatches"] == 0, got["price_check"]
-        # the kinds with a C++ formula: 16..24 and cpu_recrypt (31)
-        derived = int((((graph.kind >= 16) & (graph.kind <= 24)) | (graph.kind == 31)).sum())
+        # the kinds with a C++ formula: 16..23 and cpu_recrypt (31)
+        derived = int((((graph.kind >= 16) & (graph.kind <= 23)) | (graph.kind == 31)).sum())
         assert got["price_check"]["priced"] == derived
     cs = read_schedule(export_dir / "cpp-schedule.bin")
     assert np.array_equal(cs["order"], sched.order), "visiting order differs"
@@ -106,11 +106,13 @@ def assert_same(core, export_dir: Path, graph: OpGraph, sched, expected: dict) -
     assert np.array_equal(cs["finish"], sched.finish), _first_diff(graph, cs["finish"], sched.finish, "finish")
     assert np.array_equal(cs["crit_pred"], sched.crit_pred), "binding prerequisite differs"
     assert np.array_equal(cs["bound_by"], sched.bound_by.astype(np.int8)), "binding kind differs"
+    assert np.array_equal(cs["slot_wait"], sched.slot_wait), "slot waits differ"
+    assert np.array_equal(cs["lane_servers"], sched.lane_servers), "pool sizes differ"
     assert got["makespan_ns"] == expected["makespan_ns"]
     assert got["origin_ns"] == expected["origin_ns"] == (int(sched.start.min()) if graph.n else 0)
     assert got["per_rank"] == expected["per_rank"]
-    assert [(r["name"], r["busy_ns"], r["ops"], r["servers"]) for r in got["resources"]] == \
-        [(r["name"], r["busy_ns"], r["ops"], r["servers"]) for r in expected["resources"]]
+    assert [(r["name"], r["busy_ns"], r["ops"], r["servers"], r.get("peak_servers")) for r in got["resources"]] == \
+        [(r["name"], r["busy_ns"], r["ops"], r["servers"], r.get("peak_servers")) for r in expected["resources"]]
     return got
 
 
@@ -185,6 +187,21 @@ def random_graph(seed: int, n: int = 300) -> OpGraph:
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
     z = np.zeros(n, np.int64)
+    # lanes of every type, each in order or shared at random; one more lane is a pool (1-3 servers
+    # growing up to 1-6) that some ungrouped nodes hold until one of their successors (or
+    # themselves) finishes; ranks share it, so holds also wait on other ranks' returns
+    servers = rng.integers(1, 4, n_lanes + 1).astype(np.int32)
+    max_servers = servers.copy()
+    max_servers[-1] += int(rng.integers(0, 4))
+    hold_lane = np.full(n, -1, np.int32)
+    hold_until = np.full(n, -1, np.int64)
+    succ: dict[int, list[int]] = {}
+    for a, b in zip(srcs, dsts):
+        succ.setdefault(a, []).append(b)
+    for i in np.flatnonzero((rng.random(n) < 0.25) & (group < 0)):
+        hold_lane[i] = n_lanes
+        hold_until[i] = int(rng.choice(succ.get(int(i), []) + [int(i)]))
+    lane_type = np.append(rng.integers(0, 10, n_lanes), 10).astype(np.int8)
     return OpGraph(
         op_id=np.arange(n, dtype=np.int64) * 3 + 7, origin=np.arange(n, dtype=np.int64),
         rank=rng.integers(0, n_ranks, n).astype(np.int32), kind=np.full(n, 3, np.int8),
@@ -194,10 +211,12 @@ def random_graph(seed: int, n: int = 300) -> OpGraph:
         release=np.where(rng.random(n) < 0.3, rng.integers(-20, 500, n), 0).astype(np.int64),
         group=group, dep_ptr=ptr, dep_src=np.asarray(srcs, np.int64)[order],
         dep_kind=np.asarray(kinds, np.uint8)[order], dep_lag=np.asarray(lags, np.int64)[order],
-        lanes=Lanes(rank=rng.integers(0, n_ranks, n_lanes).astype(np.int32), type=rng.integers(0, 10, n_lanes).astype(np.int8),
-                    key=np.arange(n_lanes, dtype=np.int64), servers=rng.integers(1, 4, n_lanes).astype(np.int32),
-                    names=tuple(f"lane {i}, \"quoted\"" for i in range(n_lanes))),
+        lanes=Lanes(rank=rng.integers(0, n_ranks, n_lanes + 1).astype(np.int32), type=lane_type,
+                    key=np.arange(n_lanes + 1, dtype=np.int64), servers=servers,
+                    names=tuple(f"lane {i}, \"quoted\"" for i in range(n_lanes + 1)),
+                    shared=rng.random(n_lanes + 1) < 0.5, max_servers=max_servers),
         names=("x",), captured_start=z.copy(), captured_dur=z.copy(), step=np.full(n, -1, np.int32),
+        hold_lane=hold_lane, hold_until=hold_until,
     )
 
 
@@ -303,7 +322,7 @@ def test_cli_writes_every_file(core, tmp_path):
     for name in ("graph.bin", "lanes.csv", "params.json", "run_gem5.py", "expected.json"):
         assert (out / name).is_file(), name
     exp = json.loads((out / "expected.json").read_text())
-    assert exp["makespan_ns"] == 140 and exp["expected_ticks"] == 140_000 and exp["format_version"] == 1
+    assert exp["makespan_ns"] == 140 and exp["expected_ticks"] == 140_000 and exp["format_version"] == 2
     compile((out / "run_gem5.py").read_text(), "run_gem5.py", "exec")  # valid Python
     got = run_core(core, out)
     assert got["makespan_ns"] == 140 and {r["name"] for r in got["resources"]} == {"rank0/thread 1", "rank0/gpu0/stream 7"}
@@ -746,6 +765,25 @@ def test_bad_references_are_messages(core, good_export, tmp_path):
     bad_lanes = Lanes(rank=lanes.rank, type=lanes.type, key=lanes.key, servers=np.zeros_like(lanes.servers),
                       names=lanes.names)
     assert "servers" in _run_bad(core, _patched(g, tmp_path, lanes=bad_lanes)).stderr
+    import dataclasses
+
+    raw = bytearray(_patched(g, tmp_path).read_bytes())
+    raw[HEADER_BYTES + 9 * len(lanes)] = 2  # lane 0's discipline (after servers, types, ranks)
+    (tmp_path / "shared.bin").write_bytes(bytes(raw))
+    assert "discipline 2" in _run_bad(core, tmp_path / "shared.bin").stderr
+    top = lanes.max_servers.copy()
+    top[0] = 0
+    assert "may grow to 0" in _run_bad(core, _patched(g, tmp_path, lanes=dataclasses.replace(lanes, max_servers=top))).stderr
+    holder = int(np.flatnonzero(g.hold_lane >= 0)[0])
+    until = g.hold_until.copy()
+    until[holder] = g.n + 3
+    assert "does not exist" in _run_bad(core, _patched(g, tmp_path, hold_until=until)).stderr
+    until = g.hold_until.copy()
+    until[int(np.flatnonzero(g.hold_lane < 0)[0])] = 0
+    assert "never holds" in _run_bad(core, _patched(g, tmp_path, hold_until=until)).stderr
+    lane = g.lane.copy()
+    lane[holder] = g.hold_lane[holder]
+    assert "is a pool" in _run_bad(core, _patched(g, tmp_path, lane=lane)).stderr
 
 
 @pytest.mark.slow
@@ -772,8 +810,8 @@ def test_format_layout_is_as_documented(good_export):
     assert raw[:8] == b"FTRKGRPH" and raw[-8:] == END_MAGIC
     version, header = np.frombuffer(raw, "<u4", 2, 8)
     n, e, lanes, flags = np.frombuffer(raw, "<u8", 4, 16)
-    assert (version, header, n, e, lanes, flags) == (1, HEADER_BYTES, g.n, g.num_edges, len(g.lanes), 0)
-    assert len(raw) == HEADER_BYTES + 9 * lanes + 58 * n + 8 * (n + 1) + 17 * e + 8
+    assert (version, header, n, e, lanes, flags) == (2, HEADER_BYTES, g.n, g.num_edges, len(g.lanes), 0)
+    assert len(raw) == HEADER_BYTES + 14 * lanes + 70 * n + 8 * (n + 1) + 17 * e + 8
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from graphs import HandGraph, big_graph
 from handgraph import round_model
 from replay.engine import schedule
 from replay.graph import Category, OpGraph
+from replay.results import critical_path, summarize
 from replay.plugins import load_protocol
 from replay.protocols import DerivedKind
 
@@ -185,7 +186,28 @@ def test_bounce_back_pressure():
     pcie = np.flatnonzero(out.kind == DerivedKind.PCIE)
     assert s.start[enc].tolist() == [1100, 2_001_100]
     assert s.finish[pcie].tolist() == [2_001_100, 4_001_100]
-    assert np.any(out.dep_kind == DepKind.RESOURCE)
+    # enc1 was ready at 1_001_100 (after enc0 on the calling thread) and waited 1 ms for the slot:
+    # on the critical path as bounce_wait
+    assert s.slot_wait[enc].tolist() == [0, 1_000_000]
+    assert critical_path(out, s)["bounce_wait"] == 1_000_000
+    pool = [r for r in summarize(out, s, "baseline", g.n).resources if r["type"] == "bounce_pool"]
+    assert [(p["servers"], p["peak_servers"], p["ops"]) for p in pool] == [(1, 1, 2)]
+
+
+def test_pool_doubles_when_every_slot_is_in_use():
+    # as above (one slot at first, host-built data), but the pool may double up to 4: enc1 finds the only slot held
+    # by pcie0 [1_001_100, 2_001_100] and the pool grows to 2 instead of waiting; later chunks find
+    # a slot freed by then: 4 chunks need 2 slots, no chunk waits
+    g, r, m, nxt = one_copy(CopyDir.H2D, 4_000_000)
+    out, s = run(g, "baseline", round_model("bounce.slots=1", "bounce.growth=double", "bounce.max_slots=4", "direct.h2d=none"))
+    enc = np.flatnonzero(out.kind == DerivedKind.CPU_ENCRYPT)
+    assert s.start[enc].tolist() == [1100, 1_001_100, 2_001_100, 3_001_100]
+    assert not s.slot_wait.any()
+    pool = [r for r in summarize(out, s, "baseline", g.n).resources if r["type"] == "bounce_pool"]
+    assert [(p["servers"], p["peak_servers"]) for p in pool] == [(1, 2)]
+    # growth "none" keeps one slot: every chunk after the first waits for the previous PCIe transfer
+    out, s = run(g, "baseline", round_model("bounce.slots=1", "bounce.growth=none", "bounce.max_slots=4", "direct.h2d=none"))
+    assert s.slot_wait[np.flatnonzero(out.kind == DerivedKind.CPU_ENCRYPT)].tolist() == [0] + [1_000_000] * 3
 
 
 def test_pool_is_shared_across_copies_and_threads():
@@ -199,18 +221,101 @@ def test_pool_is_shared_across_copies_and_threads():
     enc = np.flatnonzero(out.kind == DerivedKind.CPU_ENCRYPT)
     pcie = np.flatnonzero(out.kind == DerivedKind.PCIE)
     assert s.start[enc[1]] == s.finish[pcie[0]]
+    assert len({int(x) for x in out.hold_lane[enc]}) == 1  # one pool per rank
 
 
-def test_large_d2h_uses_the_ring():
-    # 3 chunks, 2 slots: the CPU decrypts chunk by chunk, so chunk 2's PCIe write waits for chunk 0's
-    # decryption to free a slot (baseline and overlap alike).
+def test_slot_is_reclaimed_when_freed_not_in_ring_order():
+    # host-built data, 2 slots, no growth. Thread 0 copies 3 MB D2H: chunk 0's PCIe write takes a
+    # slot at once [1000, 1_001_000]; thread 1 then copies 1 MB H2D: its encryption takes the other
+    # slot right after its submission [1100, 1_001_100] and its PCIe transfer frees it at 2_001_100.
+    # The D2H's chunk 1 waited for a slot and gets that one, before its own chunk 0's decryption
+    # frees the first (2_002_000): slots come back when freed, not in ring order (where the H2D
+    # chunk, a later ring position, would have waited for the D2H's slots to come back).
+    h = HandGraph()
+    r0 = h.call(100, thread=0)
+    big = h.copy(3_000_000, CopyDir.D2H, 0, r0)
+    r1 = h.call(100, thread=1)
+    small = h.copy(1_000_000, CopyDir.H2D, 1, r1)
+    out, s = run(h.build(), "baseline", round_model("direct.h2d=none"))
+    enc = np.flatnonzero(out.kind == DerivedKind.CPU_ENCRYPT)
+    dec = np.flatnonzero(out.kind == DerivedKind.CPU_DECRYPT)
+    pcie = np.flatnonzero(out.kind == DerivedKind.PCIE)
+    d2h = pcie[out.copy_dir[out.origin[pcie]] == CopyDir.D2H]
+    h2d = pcie[out.copy_dir[out.origin[pcie]] == CopyDir.H2D]
+    assert s.start[enc].tolist() == [1100] and s.slot_wait[enc].tolist() == [0]
+    assert s.finish[h2d].tolist() == [2_001_100] and s.finish[dec[0]] == 2_002_000
+    assert s.start[d2h[1]] == 2_001_100 and s.slot_wait[d2h[1]] > 0
+    assert s.finish[small] < s.finish[big] < s.finish[dec].max()
+
+
+def test_large_d2h_waits_for_a_freed_slot():
+    # 3 chunks, 2 slots, no growth: the CPU decrypts chunk by chunk, so chunk 2's PCIe write waits
+    # for chunk 0's decryption to free a slot (baseline and overlap alike); the pool never grows
     g, r, m, nxt = one_copy(CopyDir.D2H, 3_000_000)
     for p in ("baseline", "fastrack:overlap"):
         out, s = run(g, p)
         dec = np.flatnonzero(out.kind == DerivedKind.CPU_DECRYPT)
         pcie = np.flatnonzero(out.kind == DerivedKind.PCIE)
         assert s.start[pcie[2]] >= s.finish[dec[0]], p
-        assert np.any(out.dep_kind == DepKind.RESOURCE), p
+        assert int(s.lane_servers[out.hold_lane[pcie[0]]]) == 2, p
+        assert not np.any(out.dep_kind == DepKind.RESOURCE), p  # slots are holds, not edges
+
+
+def test_small_copy_not_delayed_by_unrelated_large_one():
+    # thread 0 / stream 0: a 6 MB H2D (6 chunks, each 2 ms of CPU passes then one CE secure-copy
+    # operation on the H2D channel); thread 1 / stream 1 issues a 4 KB H2D just after. The shared
+    # lanes (the secure channel, PCIe) serve the small copy as soon as it is ready: it waits at most
+    # for one big chunk in service on each of them, not for the whole transfer (issue-order FIFO
+    # made it wait for all 6 CE operations).
+    h = HandGraph()
+    h.copy(6_000_000, CopyDir.H2D, 0, h.call(100, thread=0))
+    small = h.copy(4096, CopyDir.H2D, 1, h.call(100, thread=1))
+    out, s = run(h.build(), "baseline", round_model("bounce.max_slots=8"))
+    alone = HandGraph()
+    alone.copy(4096, CopyDir.H2D, 1, alone.call(100, thread=1))
+    ref = run(alone.build(), "baseline", round_model("bounce.max_slots=8"))[1].finish[1]
+    big_nodes = np.flatnonzero((out.origin == out.origin[1]) & (out.lane >= 0))
+    shared = big_nodes[out.lanes.shared[out.lane[big_nodes]]]
+    one_chunk_each = sum(int(out.dur[shared[out.lane[shared] == ln]].max()) for ln in np.unique(out.lane[shared]))
+    assert ref <= s.finish[small] <= ref + one_chunk_each
+    ce = np.flatnonzero((out.kind == DerivedKind.CE_DECRYPT) & (out.origin == out.origin[1]))
+    assert ce.size == 6 and s.finish[small] < s.start[ce].max()
+
+
+def _two_copies(big_dir: str, small_dir: str | None, big_bytes: int = 64 << 20):
+    """Thread 1 / stream 1: a big pageable copy at t=0; thread 2 / stream 2, 10 us later: a 4 KiB one."""
+    from tracefactory import op
+
+    name = {"H2D": "Memcpy HtoD (Pageable -> Device)", "D2H": "Memcpy DtoH (Device -> Pageable)"}
+    ops = [op("runtime", "cudaMemcpyAsync", 0, 5_000, thread=1),
+           op("memcpy", name[big_dir], 6_000, 1_000_000, stream=1, device=0, bytes=big_bytes, copy_dir=big_dir,
+              host_mem="pageable", deps=[(0, "launch")]),
+           op("sync", "cudaStreamSynchronize", 5_000, 1_002_000, thread=1, deps=[(0, "program"), (1, "sync")])]
+    if small_dir is not None:
+        ops += [op("runtime", "cudaMemcpyAsync", 10_000, 5_000, thread=2),
+                op("memcpy", name[small_dir], 16_000, 2_000, stream=2, device=0, bytes=4096, copy_dir=small_dir,
+                   host_mem="pageable", deps=[(3, "launch")]),
+                op("sync", "cudaStreamSynchronize", 15_000, 4_000, thread=2, deps=[(3, "program"), (4, "sync")])]
+    return ops
+
+
+@pytest.mark.parametrize("big_dir,small_dir", [("H2D", "D2H"), ("D2H", "H2D")])
+@pytest.mark.parametrize("protocol", ["baseline", "fastrack"])
+def test_small_copy_on_its_own_thread_is_not_delayed_by_a_large_one(tmp_path, big_dir, small_dir, protocol):
+    # On the shipped preset, through the protocol: a 4 KiB copy on its own thread and stream
+    # finishes within a few microseconds of when it finishes alone, not after the unrelated
+    # 64 MiB copy's CE operations (H2D/D2H) or its slots coming back in ring order (D2H/H2D).
+    from replay.run import replay_trace
+    from tracefactory import write
+
+    both = replay_trace(write(tmp_path / "both.parquet", _two_copies(big_dir, small_dir)), protocol=protocol)
+    alone = _two_copies(big_dir, small_dir)[3:]
+    for o in alone:
+        o["deps"] = [d - 3 for d in o["deps"]]
+    ref = replay_trace(write(tmp_path / "alone.parquet", alone), protocol=protocol).schedule.finish[1]
+    small, big = both.schedule.finish[4], both.schedule.finish[1]
+    assert ref <= small <= ref + 10_000 < 1_000_000 < big
+
 
 
 def test_kernel_launch_pays_submission_and_copy_is_host_synchronous():
@@ -286,13 +391,14 @@ def test_host_sync_cycle_is_reported():
 # ------------------------------------------------------------------------------ properties
 
 
-def random_graph(seed: int, ranks: int = 1) -> OpGraph:
+def random_graph(seed: int, ranks: int = 1, single_flow: bool = False) -> OpGraph:
+    """Random trace graph; ``single_flow``: one host thread and one stream per rank."""
     rng = np.random.default_rng(seed)
     h = HandGraph()
     last_gpu: dict = {}
     for rank in range(ranks):
-        threads = int(rng.integers(1, 3))
-        streams = int(rng.integers(1, 4))
+        threads = 1 if single_flow else int(rng.integers(1, 3))
+        streams = 1 if single_flow else int(rng.integers(1, 4))
         for _ in range(int(rng.integers(3, 25))):
             t = int(rng.integers(threads))
             s = int(rng.integers(streams))
@@ -330,10 +436,22 @@ def makespans(g, model, protocols=ALL):
     return {p: run(g, p, model)[1].makespan for p in protocols}
 
 
+# Makespan guarantees hold for one flow per rank (one host thread, one stream): the shared lanes
+# then never arbitrate between independent flows, and the schedule is monotone in every duration.
+# With several flows, work-conserving shared lanes admit timing anomalies (Graham 1969; a faster
+# stage can let a non-critical chunk take a server first): measured on these random graphs, a
+# "better" setting was slower in about 0.3% of cases, by up to 10%. For those graphs the tests
+# check what does not depend on arbitration: the work each fix or resource leaves on every lane.
+SINGLE_FLOW = st.builds(lambda seed, ranks: random_graph(seed, ranks, single_flow=True), SEEDS, st.integers(1, 2))
+BETTER = st.sampled_from(["cpu_crypto.core_gb_s=4.0", "cpu_crypto.call_overhead_ns=0", "pcie.h2d_bandwidth_gb_s=8.0",
+                          "pcie.d2h_bandwidth_gb_s=3.0", "ce.crypto_gb_s=16.0", "ce.op_overhead_ns=0",
+                          "host.staging_copy_gb_s=40.0", "bounce.slots=3", "bounce.slots=64", "bounce.growth=double",
+                          "pcie.latency_ns=0", "submit.copy_ns=0", "submit.kernel_ns=0"])
+
+
 @PROP
-@given(SEEDS, st.integers(1, 2))
-def test_none_fastest_and_fixes_never_slower(seed, ranks):
-    g = random_graph(seed, ranks)
+@given(SINGLE_FLOW)
+def test_none_fastest_and_fixes_never_slower(g):
     ms = makespans(g, round_model())
     for p in TEE:
         assert ms["none"] <= ms[p], (p, ms)
@@ -342,12 +460,8 @@ def test_none_fastest_and_fixes_never_slower(seed, ranks):
 
 
 @PROP
-@given(SEEDS, st.sampled_from(["cpu_crypto.core_gb_s=4.0", "cpu_crypto.call_overhead_ns=0",
-                               "pcie.h2d_bandwidth_gb_s=8.0", "pcie.d2h_bandwidth_gb_s=3.0", "ce.crypto_gb_s=16.0",
-                               "ce.op_overhead_ns=0", "host.staging_copy_gb_s=40.0", "bounce.slots=3",
-                               "bounce.slots=64", "pcie.latency_ns=0", "submit.copy_ns=0", "submit.kernel_ns=0"]))
-def test_more_resources_never_slower(seed, better):
-    g = random_graph(seed, 2)
+@given(SINGLE_FLOW, BETTER)
+def test_more_resources_never_slower(g, better):
     worse = round_model("ce.op_overhead_ns=300", "cpu_crypto.call_overhead_ns=200")
     better_model = worse.with_overrides([better])
     base = makespans(g, worse, ALL)
@@ -357,14 +471,38 @@ def test_more_resources_never_slower(seed, better):
 
 
 @PROP
-@given(SEEDS)
-def test_more_crypto_workers_never_slower(seed):
-    # threads > 1 is a per-rank worker pool (not comparable with inline encryption, threads = 1)
-    g = random_graph(seed, 2)
-    base = makespans(g, round_model("cpu_crypto.threads=2"), TEE)
-    more = makespans(g, round_model("cpu_crypto.threads=5"), TEE)
+@given(SINGLE_FLOW)
+def test_more_crypto_workers_never_slower(g):
+    # threads > 1 is a per-rank worker pool (not comparable with inline encryption, threads = 1).
+    # The bounce pool may grow here: with a fixed 2-slot pool, more workers take slots earlier and
+    # a greedy hand-out of a finite pool admits the same timing anomaly as shared lanes (found:
+    # random_graph(1, 2, single_flow=True), baseline 1 ms slower with 5 workers than with 2).
+    pool = ("bounce.growth=double", "bounce.max_slots=64")
+    base = makespans(g, round_model("cpu_crypto.threads=2", *pool), TEE)
+    more = makespans(g, round_model("cpu_crypto.threads=5", *pool), TEE)
     for p in TEE:
         assert more[p] <= base[p], (p, base[p], more[p])
+
+
+def _work(g: OpGraph) -> dict[int, int]:
+    """Busy time per lane type (sum of node durations)."""
+    on = g.lane >= 0
+    return {int(t): int(g.dur[on][g.lanes.type[g.lane[on]] == t].sum()) for t in np.unique(g.lanes.type)}
+
+
+@PROP
+@given(SEEDS, BETTER)
+def test_fixes_and_resources_never_add_work_with_several_flows(seed, better):
+    g = random_graph(seed, 2)
+    base = {p: load_protocol(p)(g, round_model()) for p in ALL}
+    work = {p: _work(out) for p, out in base.items()}
+    for p in FIXES:
+        assert all(w <= work["baseline"].get(t, 0) for t, w in work[p].items()), (p, work)
+    for p in TEE:
+        assert all(w <= work[p].get(t, 0) for t, w in work["none"].items()), (p, work)
+        more = _work(load_protocol(p)(g, round_model(better)))
+        assert all(w <= work[p].get(t, 0) for t, w in more.items()), (p, better, work[p], more)
+        assert sum(critical_path(base[p], schedule(base[p])).values()) == schedule(base[p]).makespan
 
 
 def _stage_bytes(out: OpGraph, kind: DerivedKind) -> dict[int, int]:

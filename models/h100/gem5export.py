@@ -80,7 +80,10 @@ GEM5_PARAM_MAP: dict[str, dict[str, tuple[str, str, str]]] = {
         "memset_ns": ("submit", "memset", "ns"),
         "collective_ns": ("submit", "collective", "ns"),
     },
-    "bounce": {"slot_bytes": ("bounce_pool", "slot_size", "bytes"), "slots": ("bounce_pool", "slots", "count")},
+    # the pool's growth and maximum shape the graph (its lanes' max_servers) and the core's engine
+    # serves them; gem5's pool object only addresses the initial slots
+    "bounce": {"slot_bytes": ("bounce_pool", "slot_size", "bytes"), "slots": ("bounce_pool", "slots", "count"),
+               "growth": ("-", "-", "graph"), "max_slots": ("-", "-", "graph")},
     "direct": {"h2d": ("-", "-", "graph"), "d2h": ("-", "-", "graph"), "min_bytes": ("-", "-", "graph")},
     "topology": {k: ("-", "-", "graph") for k in (
         "gpus_per_node", "link", "nvlink_gb_s", "nvlink_latency_ns", "pcie_p2p_gb_s", "pcie_p2p_latency_ns",

@@ -136,6 +136,11 @@ class H100Model(HardwareModel):
         return int(self.p.bounce.slots)
 
     @property
+    def bounce_max_slots(self) -> int:
+        b = self.p.bounce
+        return int(b.slots) if b.growth == "none" else max(int(b.max_slots), int(b.slots))
+
+    @property
     def cpu_crypto_threads(self) -> int:
         return int(self.p.cpu_crypto.threads)
 

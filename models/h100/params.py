@@ -86,7 +86,12 @@ class SubmitParams:
 @dataclass(frozen=True)
 class BounceParams:
     slot_bytes: int = _f("size of one bounce (staging) buffer slot; transfers are chunked by it", min=1)
-    slots: int = _f("slots in a rank's bounce-buffer pool (a ring, reclaimed in order)", unit="count", min=1)
+    slots: int = _f("slots a rank's bounce-buffer pool starts with (a slot is reclaimed as soon as it is freed)",
+                    unit="count", min=1)
+    growth: str = _f("what the pool does when every slot is in use: double (the driver's policy) | none (wait)",
+                     choices=("double", "none"))
+    max_slots: int = _f("slots the pool may grow to by doubling (below slots: no growth)", unit="count", min=1,
+                        max=1 << 20)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ from replay.engine import topological_order
 from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent
 
 from .base import Protocol
-from .bounce import add_ring
+from .bounce import add_pool_holds
 from .collectives import price_plain
 from .copies import Chunks, Copies, chunk, host_copies, launch_edges, launchers
 from .editor import GraphEditor, copy_in_edges, lanes_required
@@ -59,47 +59,6 @@ from .kinds import DerivedKind
 from .submit import add_submission, redirect_program
 
 PAGE_BYTES = 4096  # crypto page for models that do not declare ``crypto_page_bytes`` (one IV and tag each, [S3])
-
-
-def pool_positions(ed: GraphEditor, cp: Copies) -> np.ndarray:
-    """Per copy: its position in a topological order of the trace graph plus the host-synchronous
-    waits (copy -> program successors of its launching call). Protocol-independent."""
-    g = ed.g
-    n = g.n
-    dst = ed.edge_dst
-    prog = np.flatnonzero(g.dep_kind == DepKind.PROGRAM)
-    has_l = cp.launcher >= 0
-    extra_src = np.zeros(0, np.int64)
-    extra_dst = np.zeros(0, np.int64)
-    if prog.size and has_l.any():
-        p_src = g.dep_src[prog]
-        o = np.argsort(p_src, kind="stable")
-        p_src, p_dst = p_src[o], dst[prog][o]
-        L = cp.launcher[has_l]
-        M = cp.node[has_l]
-        lo = np.searchsorted(p_src, L, "left")
-        hi = np.searchsorted(p_src, L, "right")
-        cnt = hi - lo
-        if cnt.sum():
-            offs = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-            extra_src = np.repeat(M, cnt)
-            extra_dst = p_dst[np.repeat(lo, cnt) + offs]
-    if extra_src.size:
-        all_dst = np.concatenate([dst, extra_dst])
-        all_src = np.concatenate([g.dep_src, extra_src])
-        o, ptr = edges_by_dependent(all_dst, n)
-        aug = g.replace(dep_ptr=ptr, dep_src=all_src[o],
-                        dep_kind=np.concatenate([g.dep_kind, np.full(extra_src.size, DepKind.SYNC, np.uint8)])[o],
-                        dep_lag=np.zeros(all_src.size, np.int64))
-    else:
-        aug = g
-    try:
-        order = topological_order(aug)
-    except GraphError as exc:
-        raise GraphError(f"under CC, host<->GPU copies are host-synchronous, and that creates a cycle: {exc}") from None
-    pos = np.empty(n, np.int64)
-    pos[order] = np.arange(n, dtype=np.int64)
-    return pos[cp.node]
 
 
 @dataclass(frozen=True)
@@ -116,9 +75,42 @@ def transform_cc(graph: OpGraph, model, opts: CCOptions) -> OpGraph:
     tail = add_submission(ed, model, le)
     cp = host_copies(g, launchers(g, ed.edge_dst, le))
     if len(cp):
+        check_host_sync(ed, cp)
         _copies(ed, model, cp, tail, opts)
     redirect_program(ed, tail)
     return ed.build()
+
+
+def check_host_sync(ed: GraphEditor, cp: Copies) -> None:
+    """Raise GraphError if making the copies host-synchronous creates a cycle: the trace graph
+    plus an edge from each copy to the program successors of its launching call must be acyclic
+    (the transformed graph's only new cycles would come from those waits)."""
+    g = ed.g
+    dst = ed.edge_dst
+    prog = np.flatnonzero(g.dep_kind == DepKind.PROGRAM)
+    has_l = cp.launcher >= 0
+    if not (prog.size and has_l.any()):
+        return
+    p_src = g.dep_src[prog]
+    o = np.argsort(p_src, kind="stable")
+    p_src, p_dst = p_src[o], dst[prog][o]
+    L, M = cp.launcher[has_l], cp.node[has_l]
+    lo = np.searchsorted(p_src, L, "left")
+    cnt = np.searchsorted(p_src, L, "right") - lo
+    if not cnt.sum():
+        return
+    offs = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    all_dst = np.concatenate([dst, p_dst[np.repeat(lo, cnt) + offs]])
+    all_src = np.concatenate([g.dep_src, np.repeat(M, cnt)])
+    o, ptr = edges_by_dependent(all_dst, g.n)
+    aug = g.replace(dep_ptr=ptr, dep_src=all_src[o],
+                    dep_kind=np.concatenate([g.dep_kind, np.full(all_src.size - g.dep_src.size, DepKind.SYNC,
+                                                                 np.uint8)])[o],
+                    dep_lag=np.zeros(all_src.size, np.int64))
+    try:
+        topological_order(aug)
+    except GraphError as exc:
+        raise GraphError(f"under CC, host<->GPU copies are host-synchronous, and that creates a cycle: {exc}") from None
 
 
 def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOptions) -> None:
@@ -133,7 +125,7 @@ def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOption
     _h2d_edges(ed, path, stages, gate, opts.overlap)
     _d2h_edges(ed, path, stages, opts.overlap)
     _host_sync_edges(ed, path, stages, host_prev, threads, opts.overlap)
-    _bounce_ring(ed, path, stages, cp, int(model.bounce_slots))
+    _bounce_holds(ed, model, path, stages, cp, opts.overlap)
 
 
 def _lane_with_key(g: OpGraph, ranks: np.ndarray, typ: LaneType, key: int) -> np.ndarray:
@@ -436,18 +428,24 @@ def _host_sync_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, host_pre
     ed.add_edges(host_prev[bare], stages.wait[bare], DepKind.PROGRAM, 0)
 
 
-def _bounce_ring(ed: GraphEditor, path: _DataPath, stages: _Stages, cp: Copies, slots: int) -> None:
-    """Per rank, crypto chunks take slots of the bounce-buffer ring: H2D from CPU encryption to
-    the PCIe transfer, D2H from the PCIe transfer to CPU decryption."""
+def _bounce_holds(ed: GraphEditor, model, path: _DataPath, stages: _Stages, cp: Copies, overlap: bool) -> None:
+    """Every crypto chunk holds one slot of its rank's bounce pool (.bounce): H2D from the CPU
+    encryption that fills it to the PCIe transfer that drains it; D2H from the PCIe transfer that
+    fills it to the CPU decryption that empties it (each chunk is decrypted once it landed, so a
+    chunk never needs more than its own slot). With ``overlap`` the stages stream page by page and
+    the emptying stage does not wait for the filling one to finish: a start-to-start edge (LAUNCH,
+    lag 0) keeps it from starting before the slot is filled at all (the engine needs the emptying
+    node to depend on the holder)."""
     staged = np.flatnonzero(path.crypto)
     if staged.size == 0:
         return
-    copy, h2d = path.ch.copy[staged], path.h2d[staged]
-    pos = pool_positions(ed, cp)
-    acquire = np.where(h2d, stages.cpu[staged], stages.pcie[staged])
-    free = np.where(h2d, stages.pcie[staged], stages.cpu[staged])
-    add_ring(ed, cp.rank[copy].astype(np.int64), pos[copy], path.ch.j[staged], path.chunk_node[staged], acquire,
-             free, slots)
+    h2d = path.h2d[staged]
+    holder = np.where(h2d, stages.cpu[staged], stages.pcie[staged])
+    until = np.where(h2d, stages.pcie[staged], stages.cpu[staged])
+    if overlap:
+        ed.add_edges(holder, until, DepKind.LAUNCH, 0)
+    add_pool_holds(ed, cp.rank[path.ch.copy[staged]], holder, until, int(model.bounce_slots),
+                   int(model.bounce_max_slots))
 
 
 class CCProtocol(Protocol):

@@ -33,6 +33,8 @@ class GraphEditor:
         self._names = list(graph.names)
         self._name_index = {nm: i for i, nm in enumerate(self._names)}
         self._dst: np.ndarray | None = None
+        self.lanes = graph.lanes  # transforms may add lanes (pools)
+        self._holds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         base = int(graph.op_id.max()) + 1 if graph.n else 0
         self._op_base = base
         self._release = np.int64(min(0, int(graph.release.min()))) if graph.n else np.int64(0)
@@ -117,6 +119,15 @@ class GraphEditor:
         if src.size:
             self._edges.append((src.copy(), dst.copy(), kinds.astype(np.uint8), lag.astype(np.int64)))
 
+    def add_holds(self, holder: np.ndarray, until: np.ndarray, pool_lane: np.ndarray | int) -> None:
+        """Node ``holder[i]`` takes a server of pool lane ``pool_lane[i]`` when it is ready to start
+        and returns it when node ``until[i]`` finishes (see :class:`~replay.graph.OpGraph`)."""
+        holder = np.asarray(holder, dtype=np.int64)
+        until = np.broadcast_to(np.asarray(until, np.int64), holder.shape)
+        pool = np.broadcast_to(np.asarray(pool_lane, np.int32), holder.shape)
+        if holder.size:
+            self._holds.append((holder.copy(), until.astype(np.int64), pool.astype(np.int32)))
+
     # -------------------------------------------------------------------------------- build
     def build(self) -> OpGraph:
         g = self.g
@@ -148,15 +159,24 @@ class GraphEditor:
         np.cumsum(counts, out=dep_ptr[1:])
         kind_names = dict(g.kind_names)
         kind_names.update(KIND_NAMES)
+        hold_lane = np.full(n, NO_LANE, np.int32)
+        hold_until = np.full(n, -1, np.int64)
+        hold_lane[: self.n0] = g.hold_lane
+        hold_until[: self.n0] = g.hold_until
+        for holder, until, pool in self._holds:
+            hold_lane[holder] = pool
+            hold_until[holder] = until
         return OpGraph(
             **cols,
             dep_ptr=dep_ptr,
             dep_src=dep_src.astype(np.int64, copy=False),
             dep_kind=dep_kind.astype(np.uint8, copy=False),
             dep_lag=dep_lag.astype(np.int64, copy=False),
-            lanes=g.lanes,
+            lanes=self.lanes,
             names=tuple(self._names),
             kind_names=kind_names,
+            hold_lane=hold_lane,
+            hold_until=hold_until,
         )
 
 

@@ -20,7 +20,7 @@ class DerivedKind(enum.IntEnum):
     CE_ENCRYPT = 21  # one CE secure copy: encrypts and tags a chunk, writing it over PCIe (D2H)
     GPU_AUTH = 22  # separate GPU authentication kernel (Fastrack-paper emulation, optional [auth]; not on the shipped H100)
     SYNC_WAIT = 23  # the calling thread blocks until the copy and earlier stream work finish
-    BOUNCE_RELEASE = 24  # zero-time marker: bounce slots reclaimed in ring order up to this chunk
+    # 24 was bounce_release (ring-order slot markers); bounce slots are now pool holds (.bounce)
     # GPU-to-GPU (multi-GPU protocols, replay/protocols/p2p.py)
     P2P_SUBMIT = 25  # CPU pushes an encrypted copy-engine command for a GPU-to-GPU message (proxy lane)
     P2P_META = 26  # a chunk's IVs and tags sent over the GPU-to-GPU link on their own (unbatched metadata)
@@ -45,7 +45,6 @@ CATEGORY = {
     DerivedKind.CE_ENCRYPT: Category.GPU_CRYPTO,
     DerivedKind.GPU_AUTH: Category.GPU_CRYPTO,
     DerivedKind.SYNC_WAIT: Category.SYNC_WAIT,
-    DerivedKind.BOUNCE_RELEASE: Category.BOUNCE_WAIT,
     DerivedKind.P2P_SUBMIT: Category.LAUNCH,
     DerivedKind.P2P_META: Category.COMM,
     DerivedKind.KEY_ROTATION: Category.GPU_CRYPTO,

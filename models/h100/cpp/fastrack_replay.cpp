@@ -5,8 +5,9 @@
 //                   [--check-prices [--params params.txt] [--reprice]]
 //
 // EXPORT_DIR is what `replay export-gem5 ... -o DIR` wrote (DIR/graph.bin, DIR/lanes.csv,
-// DIR/params.txt). --schedule writes every node's start/finish/crit_pred/bound_by and the
-// visiting order (format in docs/gem5.md) so that tests can compare schedules node by node.
+// DIR/params.txt). --schedule writes every node's start/finish/crit_pred/bound_by, the order in
+// which nodes were placed, their slot waits and every lane's final server count (format in
+// docs/gem5.md) so that tests can compare schedules node by node.
 // --check-prices re-prices every derived node with the H100 formulas and the export's
 // parameters and reports differences ("price_check" in the JSON); --reprice replays with the
 // re-priced durations instead of the exported ones.
@@ -70,17 +71,20 @@ void writeSchedule(const std::string &path, const fastrack::Schedule &s) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out) throw fastrack::FormatError(path + ": cannot open for writing");
     const char magic[8] = {'F', 'T', 'R', 'K', 'S', 'C', 'H', 'D'};
-    std::uint32_t version = 1, pad = 0;
-    std::uint64_t n = s.start.size();
+    std::uint32_t version = 2, pad = 0;
+    std::uint64_t n = s.start.size(), lanes = s.lane_servers.size();
     out.write(magic, 8);
     out.write(reinterpret_cast<const char *>(&version), 4);
     out.write(reinterpret_cast<const char *>(&pad), 4);
     out.write(reinterpret_cast<const char *>(&n), 8);
+    out.write(reinterpret_cast<const char *>(&lanes), 8);
     writeArray(out, s.start);
     writeArray(out, s.finish);
     writeArray(out, s.crit_pred);
     writeArray(out, s.bound_by);
     writeArray(out, s.order);
+    writeArray(out, s.slot_wait);
+    writeArray(out, s.lane_servers);
     if (!out) throw fastrack::FormatError(path + ": write failed");
 }
 
@@ -183,7 +187,8 @@ int main(int argc, char **argv) {
                  ", \"rank\": " + std::to_string(g.lane_rank[k]) +
                  ", \"servers\": " + std::to_string(g.lane_servers[k]) +
                  ", \"ops\": " + std::to_string(sum.lanes[k].ops) +
-                 ", \"busy_ns\": " + std::to_string(sum.lanes[k].busy_ns) + "}";
+                 ", \"busy_ns\": " + std::to_string(sum.lanes[k].busy_ns) +
+                 (sum.lanes[k].pool ? ", \"peak_servers\": " + std::to_string(sum.lanes[k].peak_servers) : "") + "}";
         }
         using ms = std::chrono::duration<double, std::milli>;
         char timing[160];

@@ -130,9 +130,10 @@ class FastrackSubmit(FastrackResource):
 
 
 class FastrackBouncePool(FastrackResource):
-    """A rank's bounce-buffer (staging) pool: a ring of `slots` slots of `slot_size` bytes in
-    shared (unencrypted) host memory. The graph already orders slot hand-overs (RESOURCE
-    edges); this object accounts for them and, when `mem_side` is connected, writes (H2D
+    """A rank's bounce-buffer (staging) pool: `slots` slots of `slot_size` bytes (at first; the
+    pool doubles on demand) in shared (unencrypted) host memory. The schedule already hands the
+    slots out (the graph's pool holds, served by the core's engine); this object accounts for
+    them and, when `mem_side` is connected, writes (H2D
     encryption) and reads (D2H decryption) the slots through gem5's memory system in timing
     mode, with retry on back pressure. That traffic is observational: it does not change the
     replay's times (the transform priced the CPU crypto that produces it)."""
@@ -142,7 +143,7 @@ class FastrackBouncePool(FastrackResource):
     cxx_class = "gem5::FastrackBouncePool"
 
     slot_size = Param.MemorySize("size of one slot (bounce.slot_bytes)")
-    slots = Param.Unsigned("slots in the ring (bounce.slots)")
+    slots = Param.Unsigned("slots the pool starts with (bounce.slots); addresses cycle through them")
     mem_side = RequestPort("staging memory (optional): slot writes and reads")
     system = Param.System(NULL, "system owning the memory (needed with mem_side)")
     base_addr = Param.Addr(0, "address of slot 0 of rank 0 in the staging memory")

@@ -247,8 +247,7 @@ FastrackReplayer::listeners(std::size_t i, std::vector<FastrackResource *> &out)
         add(laneOwner[graph.lane[i]]);
     add(pricedByObject(i));
     const int k = graph.kind[i];
-    if (k == ::fastrack::kind::kCpuEncrypt || k == ::fastrack::kind::kCpuDecrypt ||
-        k == ::fastrack::kind::kBounceRelease)
+    if (k == ::fastrack::kind::kCpuEncrypt || k == ::fastrack::kind::kCpuDecrypt || graph.hold_lane[i] >= 0)
         add(bouncePool);
 }
 
@@ -262,9 +261,8 @@ FastrackReplayer::processStarts()
         listeners(i, scratch);
         for (FastrackResource *r : scratch)
             r->nodeStarted(graph, i, sched.start[i], sched.finish[i]);
-        // a chunk that acquires a slot (not a ring-release marker) and had to wait for one
-        if (bouncePool && graph.kind[i] != ::fastrack::kind::kBounceRelease &&
-            sched.bound_by[i] == static_cast<std::int8_t>(::fastrack::DepKind::Resource))
+        // a chunk that had to wait for a slot
+        if (bouncePool && sched.slot_wait[i] > 0)
             bouncePool->slotWait();
         stats.started++;
     }

@@ -249,8 +249,8 @@ void
 FastrackBouncePool::nodeCompleted(const ::fastrack::Graph &g, std::size_t i,
                                   std::int64_t /* startNs */, std::int64_t /* finishNs */)
 {
-    if (coversRank(g.rank[i]) && g.kind[i] == ::fastrack::kind::kBounceRelease)
-        poolStats.releases++;
+    if (coversRank(g.rank[i]) && g.hold_lane[i] >= 0)
+        poolStats.holds++;
 }
 
 void
@@ -356,10 +356,10 @@ FastrackBouncePool::PoolStats::PoolStats(statistics::Group *parent)
       ADD_STAT(stagedChunks, statistics::units::Count::get(),
                "chunks staged through a slot (CPU encrypt/decrypt)"),
       ADD_STAT(stagedBytes, statistics::units::Byte::get(), "bytes staged through slots"),
-      ADD_STAT(releases, statistics::units::Count::get(),
-               "ring reclamation markers (bounce_release nodes) completed"),
+      ADD_STAT(holds, statistics::units::Count::get(),
+               "nodes that took a slot (graph hold_lane), counted at their completion"),
       ADD_STAT(slotWaits, statistics::units::Count::get(),
-               "chunks whose start was bound by waiting for a free slot"),
+               "nodes whose start was delayed by waiting for a free slot (slot_wait > 0)"),
       ADD_STAT(memRequests, statistics::units::Count::get(), "staging-memory requests sent"),
       ADD_STAT(memRetries, statistics::units::Count::get(), "retries after back pressure"),
       ADD_STAT(memResponses, statistics::units::Count::get(), "staging-memory responses"),

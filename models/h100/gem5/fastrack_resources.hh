@@ -158,7 +158,7 @@ class FastrackBouncePool : public FastrackResource
                      std::int64_t startNs, std::int64_t finishNs) override;
     void nodeCompleted(const ::fastrack::Graph &g, std::size_t i,
                        std::int64_t startNs, std::int64_t finishNs) override;
-    /** An acquiring node waited for a slot (its start was bound by a RESOURCE edge). */
+    /** A holding node waited for a slot (its schedule's slot_wait is > 0). */
     void slotWait();
 
   private:
@@ -195,7 +195,7 @@ class FastrackBouncePool : public FastrackResource
     const std::size_t maxQueued;
     struct Pending { Addr addr; unsigned size; bool write; };
     std::deque<Pending> queue;
-    std::vector<std::int64_t> ringPos;  // per rank: next slot of the ring
+    std::vector<std::int64_t> ringPos;  // per rank: next slot address (round robin; observational)
     std::size_t outstanding = 0;
 
     struct PoolStats : public statistics::Group
@@ -203,7 +203,7 @@ class FastrackBouncePool : public FastrackResource
         PoolStats(statistics::Group *parent);
         statistics::Scalar stagedChunks;
         statistics::Scalar stagedBytes;
-        statistics::Scalar releases;
+        statistics::Scalar holds;
         statistics::Scalar slotWaits;
         statistics::Scalar memRequests;
         statistics::Scalar memRetries;

@@ -1,8 +1,10 @@
-// Fastrack gem5-free core: the dependency graph and its on-disk export format (version 1).
+// Fastrack gem5-free core: the dependency graph and its on-disk export format (version 2).
 //
 // The graph is the *transformed* graph of a replay (replay.graph.OpGraph after the protocol
-// transform): per node its lane, duration, order key, release time and barrier group; the
-// dependencies in CSR form grouped by the dependent node, each with a kind and a lag (ns).
+// transform): per lane its servers, type, rank, discipline (in order or shared) and the size a
+// pool may grow to; per node its lane, duration, order key, release time, barrier group and the
+// pool server it holds (and until which node); the dependencies in CSR form grouped by the
+// dependent node, each with a kind and a lag (ns).
 // docs/gem5.md documents the binary layout; replay/graphfile.py writes it.
 //
 // Reading validates everything a scheduler relies on (magic, version, counts against the file
@@ -29,14 +31,14 @@ constexpr int kNumDepKinds = 8;
 // Lane types (replay.graph.LaneType).
 enum class LaneType : std::int8_t {
     HostThread = 0, Stream = 1, CopyEngine = 2, PcieH2D = 3, PcieD2H = 4,
-    CpuCrypto = 5, GpuCrypto = 6, GpuAuth = 7, Submit = 8, Link = 9,
+    CpuCrypto = 5, GpuCrypto = 6, GpuAuth = 7, Submit = 8, Link = 9, BouncePool = 10,
 };
-constexpr int kNumLaneTypes = 10;
+constexpr int kNumLaneTypes = 11;
 
 inline const char *laneTypeLabel(int t) {
     static const char *const labels[kNumLaneTypes] = {
         "host_thread", "stream", "copy_engine", "pcie_h2d", "pcie_d2h",
-        "cpu_crypto", "gpu_crypto", "gpu_auth", "submit", "link"};
+        "cpu_crypto", "gpu_crypto", "gpu_auth", "submit", "link", "bounce_pool"};
     return (t >= 0 && t < kNumLaneTypes) ? labels[t] : "unknown";
 }
 
@@ -58,6 +60,8 @@ struct Graph {
     std::vector<std::int32_t> lane_servers;
     std::vector<std::int8_t> lane_type;
     std::vector<std::int32_t> lane_rank;
+    std::vector<std::int8_t> lane_shared;        // 1: work-conserving (serves whatever is ready); 0: in issue order
+    std::vector<std::int32_t> lane_max_servers;  // what a pool may grow to (>= lane_servers)
     std::vector<std::string> lane_names;  // optional (lanes.csv); empty strings when absent
     // nodes
     std::vector<std::int64_t> op_id;
@@ -70,6 +74,8 @@ struct Graph {
     std::vector<std::int64_t> order;
     std::vector<std::int64_t> release;
     std::vector<std::int64_t> group;
+    std::vector<std::int32_t> hold_lane;   // pool lane whose server the node holds, or kNoLane
+    std::vector<std::int64_t> hold_until;  // node at whose finish that server is returned, or -1
     // edges, CSR by dependent node
     std::vector<std::int64_t> dep_ptr;  // n + 1
     std::vector<std::int64_t> dep_src;
@@ -90,22 +96,23 @@ struct Graph {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Format version 1 (little-endian, packed, no padding):
-//   header (64 bytes): char magic[8] = "FTRKGRPH"; u32 version = 1; u32 header_bytes = 64;
+// Format version 2 (little-endian, packed, no padding):
+//   header (64 bytes): char magic[8] = "FTRKGRPH"; u32 version = 2; u32 header_bytes = 64;
 //                      u64 n_nodes; u64 n_edges; u64 n_lanes; u64 flags = 0; u64 reserved[2] = 0
-//   lanes:  i32 servers[L]; i8 type[L]; i32 rank[L]
+//   lanes:  i32 servers[L]; i8 type[L]; i32 rank[L]; i8 shared[L]; i32 max_servers[L]
 //   nodes:  i64 op_id[N]; i32 rank[N]; i32 lane[N]; i8 kind[N]; i8 category[N]; i64 dur_ns[N];
-//           i64 bytes[N]; i64 order[N]; i64 release_ns[N]; i64 group[N]
+//           i64 bytes[N]; i64 order[N]; i64 release_ns[N]; i64 group[N]; i32 hold_lane[N];
+//           i64 hold_until[N]
 //   edges:  i64 dep_ptr[N+1]; i64 dep_src[E]; u8 dep_kind[E]; i64 dep_lag_ns[E]
 //   trailer: char end[8] = "FTRKEND\0"
 // The file size must be exactly what the counts imply.
 // ---------------------------------------------------------------------------------------------
 constexpr char kMagic[8] = {'F', 'T', 'R', 'K', 'G', 'R', 'P', 'H'};
 constexpr char kEndMagic[8] = {'F', 'T', 'R', 'K', 'E', 'N', 'D', '\0'};
-constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kFormatVersion = 2;
 constexpr std::uint32_t kHeaderBytes = 64;
-constexpr std::uint64_t kLaneBytes = 4 + 1 + 4;
-constexpr std::uint64_t kNodeBytes = 8 + 4 + 4 + 1 + 1 + 8 + 8 + 8 + 8 + 8;  // + 8 per node for dep_ptr
+constexpr std::uint64_t kLaneBytes = 4 + 1 + 4 + 1 + 4;
+constexpr std::uint64_t kNodeBytes = 8 + 4 + 4 + 1 + 1 + 8 + 8 + 8 + 8 + 8 + 4 + 8;  // + 8 per node for dep_ptr
 constexpr std::uint64_t kEdgeBytes = 8 + 1 + 8;
 
 namespace detail {
@@ -153,7 +160,7 @@ inline bool littleEndianHost() {
 
 }  // namespace detail
 
-// Parse a version-1 graph held in memory. ``where`` names the source in error messages.
+// Parse a version-2 graph held in memory. ``where`` names the source in error messages.
 inline Graph parseGraph(const char *data, std::size_t size, const std::string &where) {
     if (!detail::littleEndianHost()) throw FormatError(where + ": big-endian hosts are not supported");
     if (size < kHeaderBytes)
@@ -191,6 +198,8 @@ inline Graph parseGraph(const char *data, std::size_t size, const std::string &w
     rd.read(g.lane_servers, l);
     rd.read(g.lane_type, l);
     rd.read(g.lane_rank, l);
+    rd.read(g.lane_shared, l);
+    rd.read(g.lane_max_servers, l);
     g.lane_names.assign(l, std::string());
     rd.read(g.op_id, n);
     rd.read(g.rank, n);
@@ -202,6 +211,8 @@ inline Graph parseGraph(const char *data, std::size_t size, const std::string &w
     rd.read(g.order, n);
     rd.read(g.release, n);
     rd.read(g.group, n);
+    rd.read(g.hold_lane, n);
+    rd.read(g.hold_until, n);
     rd.read(g.dep_ptr, n + 1);
     rd.read(g.dep_src, e);
     rd.read(g.dep_kind, e);
@@ -223,6 +234,8 @@ inline void Graph::validate(const std::string &where) const {
     };
     sizeErr("lane_type", lane_type.size(), L);
     sizeErr("lane_rank", lane_rank.size(), L);
+    sizeErr("lane_shared", lane_shared.size(), L);
+    sizeErr("lane_max_servers", lane_max_servers.size(), L);
     sizeErr("op_id", op_id.size(), N);
     sizeErr("rank", rank.size(), N);
     sizeErr("lane", lane.size(), N);
@@ -232,6 +245,8 @@ inline void Graph::validate(const std::string &where) const {
     sizeErr("order", order.size(), N);
     sizeErr("release", release.size(), N);
     sizeErr("group", group.size(), N);
+    sizeErr("hold_lane", hold_lane.size(), N);
+    sizeErr("hold_until", hold_until.size(), N);
     sizeErr("dep_ptr", dep_ptr.size(), N + 1);
     sizeErr("dep_kind", dep_kind.size(), E);
     sizeErr("dep_lag", dep_lag.size(), E);
@@ -242,6 +257,13 @@ inline void Graph::validate(const std::string &where) const {
         if (lane_type[k] < 0 || lane_type[k] >= kNumLaneTypes)
             throw FormatError(where + ": lane " + std::to_string(k) + " has unknown type " +
                               std::to_string(lane_type[k]));
+        if (lane_shared[k] != 0 && lane_shared[k] != 1)
+            throw FormatError(where + ": lane " + std::to_string(k) + " has discipline " +
+                              std::to_string(lane_shared[k]) + ", expected 0 (in order) or 1 (shared)");
+        if (lane_max_servers[k] < lane_servers[k])
+            throw FormatError(where + ": lane " + std::to_string(k) + " may grow to " +
+                              std::to_string(lane_max_servers[k]) + " servers, fewer than its " +
+                              std::to_string(lane_servers[k]));
     }
     if (dep_ptr[0] != 0)
         throw FormatError(where + ": dependency index must start at 0, found " + std::to_string(dep_ptr[0]));
@@ -262,7 +284,25 @@ inline void Graph::validate(const std::string &where) const {
         if (release[i] < -kMaxTime || release[i] > kMaxTime)
             throw FormatError(where + ": " + nodeLabel(i) + " has release time " + std::to_string(release[i]) +
                               " ns, outside +-2^60");
+        if (hold_lane[i] == kNoLane) {
+            if (hold_until[i] != -1)
+                throw FormatError(where + ": " + nodeLabel(i) + " returns a pool server it never holds");
+        } else if (hold_lane[i] < 0 || hold_lane[i] >= static_cast<std::int64_t>(L) || hold_until[i] < 0 ||
+                   static_cast<std::uint64_t>(hold_until[i]) >= N) {
+            throw FormatError(where + ": " + nodeLabel(i) + " holds a server of lane " + std::to_string(hold_lane[i]) +
+                              " until node " + std::to_string(hold_until[i]) + "; one of them does not exist");
+        } else if (group[i] >= 0) {
+            throw FormatError(where + ": " + nodeLabel(i) + " is in a barrier group and holds a pool server");
+        }
     }
+    // a pool serves holds only: no node runs on it
+    std::vector<char> pool(L, 0);
+    for (std::size_t i = 0; i < N; ++i)
+        if (hold_lane[i] >= 0) pool[static_cast<std::size_t>(hold_lane[i])] = 1;
+    for (std::size_t i = 0; i < N; ++i)
+        if (lane[i] >= 0 && pool[static_cast<std::size_t>(lane[i])])
+            throw FormatError(where + ": " + nodeLabel(i) + " runs on lane " + std::to_string(lane[i]) +
+                              ", which is a pool that nodes hold");
     for (std::size_t k = 0; k < E; ++k) {
         if (dep_src[k] < 0 || static_cast<std::uint64_t>(dep_src[k]) >= N)
             throw FormatError(where + ": edge " + std::to_string(k) + " comes from node " +

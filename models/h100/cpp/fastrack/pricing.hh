@@ -27,7 +27,6 @@ constexpr int kCeDecrypt = 20;     // copy-engine decrypt (H2D)
 constexpr int kCeEncrypt = 21;     // copy-engine encrypt (D2H)
 constexpr int kGpuAuth = 22;       // emulated GPU authentication kernel (only with the optional [auth] table)
 constexpr int kSyncWait = 23;      // zero-time marker
-constexpr int kBounceRelease = 24; // zero-time marker
 constexpr int kCpuRecrypt = 31;    // the extra CPU AES-GCM pass over client-encrypted data (baseline)
 }  // namespace kind
 
@@ -48,8 +47,7 @@ inline PricedBy pricedBy(const Graph &g, std::size_t i) {
     case kind::kCeDecrypt:
     case kind::kCeEncrypt: return PricedBy::CopyEngine;
     case kind::kGpuAuth: return PricedBy::GpuAuth;
-    case kind::kSyncWait:
-    case kind::kBounceRelease: return PricedBy::Marker;
+    case kind::kSyncWait: return PricedBy::Marker;
     default: return PricedBy::Nothing;
     }
 }

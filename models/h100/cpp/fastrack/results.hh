@@ -3,7 +3,9 @@
 // * makespan: finish.max() - start.min() over all nodes (ReplayResult.makespan_ns); the
 //   simulated time of a gem5 run, whose tick 0 is the earliest start (``origin_ns``);
 // * per rank: finish.max() - start.min() over the rank's nodes;
-// * busy time per lane: the sum of (finish - start) of the nodes on it.
+// * busy time per lane: the sum of (finish - start) of the nodes on it; for a pool, the sum of
+//   (finish of the returning node - start of the holder) over its holds, which are its ops;
+//   peak_servers: the size the pool grew to.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +21,8 @@ namespace fastrack {
 struct LaneUsage {
     std::int64_t ops = 0;
     std::int64_t busy_ns = 0;
+    bool pool = false;             // some node holds a server of this lane
+    std::int64_t peak_servers = 0; // servers at the end (a pool's size after growing)
 };
 
 struct Summary {
@@ -51,7 +55,15 @@ inline Summary summarize(const Graph &g, const Schedule &s) {
             ++u.ops;
             u.busy_ns += s.finish[i] - s.start[i];
         }
+        if (g.hold_lane[i] >= 0) {
+            LaneUsage &u = out.lanes[static_cast<std::size_t>(g.hold_lane[i])];
+            ++u.ops;
+            u.pool = true;
+            u.busy_ns += std::max<std::int64_t>(0, s.finish[g.hold_until[i]] - s.start[i]);
+        }
     }
+    for (std::size_t k = 0; k < g.numLanes(); ++k)
+        out.lanes[k].peak_servers = k < s.lane_servers.size() ? s.lane_servers[k] : g.lane_servers[k];
     for (const auto &kv : spans) out.per_rank[kv.first] = kv.second.hi - kv.second.lo;
     out.origin_ns = lo;
     out.makespan_ns = hi - lo;
