@@ -8,7 +8,7 @@ from fastrack.errors import GraphError
 from fastrack.schema import DepKind
 from graphs import graph
 from replay.engine import schedule
-from replay.graph import Category, Lanes, LaneType, OpGraph
+from replay.graph import Category, LaneType
 from replay.results import critical_path
 
 
