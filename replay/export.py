@@ -32,9 +32,12 @@ COMMAND_PREFIX = "export-"
 
 
 def check_output(out_dir: str | Path, exporter: Exporter) -> None:
-    """Refuse an output path that exists and is not a directory, or a directory holding
-    something the exporter does not write (replacing it would delete that)."""
+    """Refuse an output path that is a symbolic link (the rule of :mod:`fastrack.outputs`: a link is
+    never replaced), exists and is not a directory, or is a directory holding something the
+    exporter does not write (replacing it would delete that)."""
     out = Path(out_dir)
+    if out.is_symlink():
+        raise ConfigError(f"output {out} is a symbolic link; refusing to replace it")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output {out} exists and is not a directory")
     if out.is_dir():

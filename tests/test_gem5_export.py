@@ -874,3 +874,16 @@ def test_makefile_is_the_documented_entry_point():
     text = (CPP / "Makefile").read_text()
     for flag in ("-Wall", "-Wextra", "-Werror", "-std=c++17"):
         assert flag in text
+
+
+def test_output_that_is_a_symbolic_link_is_refused(tmp_path):
+    from replay.cli import main
+
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    r = CliRunner().invoke(main, ["export-gem5", str(trace), "-o", str(link)])
+    assert r.exit_code == 2 and "symbolic link" in r.output and len(r.output.strip().splitlines()) == 1
+    assert link.is_symlink() and list(real.iterdir()) == []
