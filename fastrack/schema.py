@@ -117,6 +117,26 @@ COLUMNS: dict[str, tuple[pa.DataType, bool, str]] = {
     "dep_kinds": (pa.list_(pa.uint8()), False, "DepKind code of each entry of deps"),
 }
 
+# The valid range of every integer column, checked in one place (fastrack.traceio.validate_table)
+# by every reader and writer. The bounds keep all arithmetic downstream inside int64 (a span of
+# 2^50 ns plus any sum of per-op costs the model can add) and keep arrays indexed by rank small.
+MAX_SPAN_NS = 2**50  # about 13 days: longer than any profiled window
+MAX_BYTES = 2**44  # 16 TiB: more than any one transfer or collective message can move
+MAX_RANK = 2**20 - 1  # ranks are dense 0-based ids; arrays indexed by rank stay below 8 MiB
+MAX_OP_ID = 2**48 - 1
+VALUE_RANGES: dict[str, tuple[int, int, str]] = {  # column -> (min, max, why)
+    "op_id": (0, MAX_OP_ID, "op ids are non-negative"),
+    "rank": (0, MAX_RANK, "ranks are dense 0-based ids"),
+    "device": (-1, 2**16 - 1, "a GPU ordinal, or -1"),
+    "start_ns": (0, MAX_SPAN_NS, "times are relative to the rank's origin, at most 2^50 ns (13 days)"),
+    "dur_ns": (0, MAX_SPAN_NS, "durations are non-negative, at most 2^50 ns (13 days)"),
+    "bytes": (0, MAX_BYTES, "byte counts are non-negative, at most 2^44 (16 TiB)"),
+    "coll_bytes": (0, MAX_BYTES, "byte counts are non-negative, at most 2^44 (16 TiB)"),
+    "coll_seq": (-1, MAX_OP_ID, "a sequence number, or -1"),
+    "correlation": (-1, 2**62, "a correlation id, or -1"),
+    "step": (-1, 2**31 - 1, "a step number, or -1"),
+}
+
 ARROW_SCHEMA = pa.schema([pa.field(n, t, nullable=nul) for n, (t, nul, _) in COLUMNS.items()])
 
 # File-level metadata: only these keys are ever written (whitelist). Values are JSON types.

@@ -24,8 +24,10 @@ from fastrack.schema import (
     ARROW_SCHEMA,
     COLUMNS,
     METADATA_KEY,
+    MAX_SPAN_NS,
     OP_KIND_BY_LABEL,
     SCHEMA_VERSION,
+    VALUE_RANGES,
     DepKind,
     clean_metadata,
     encode_metadata,
@@ -122,11 +124,7 @@ def validate_table(table: pa.Table, path: str | None = None) -> None:
             raise SchemaError(f"column '{name}' has {table.column(name).null_count} null value(s)", path=path)
     if table.num_rows == 0:
         raise SchemaError("empty trace: no operations", path=path)
-    dur = table.column("dur_ns").to_numpy()
-    bad = np.flatnonzero(dur < 0)
-    if bad.size:
-        op = int(table.column("op_id")[int(bad[0])].as_py())
-        raise SchemaError(f"field 'dur_ns' of op {op} is negative ({int(dur[bad[0]])}); {bad.size} op(s) affected", path=path)
+    _check_ranges(table, path)
     ids = table.column("op_id").to_numpy()
     if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != ids.size:
         u, c = np.unique(ids, return_counts=True)
@@ -141,6 +139,34 @@ def validate_table(table: pa.Table, path: str | None = None) -> None:
     d = table.column("deps").combine_chunks()
     if len(d) and not np.array_equal(d.offsets.to_numpy(), dk.offsets.to_numpy()):
         raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
+
+
+def _check_ranges(table: pa.Table, path: str | None) -> None:
+    """Every integer column inside its documented range (fastrack.schema.VALUE_RANGES), and every
+    op ending inside the span a trace may cover."""
+    import pyarrow.compute as pc
+
+    for name, (lo, hi, why) in VALUE_RANGES.items():
+        col = table.column(name)
+        mm = pc.min_max(col).as_py()
+        if mm["min"] is None or (lo <= mm["min"] and mm["max"] <= hi):
+            continue
+        values = col.to_numpy()
+        bad = np.flatnonzero((values < lo) | (values > hi))
+        _range_error(table, name, int(bad[0]), int(values[bad[0]]), bad.size, f"outside [{lo}, {hi}]: {why}", path)
+    end = pc.add_checked(table.column("start_ns"), table.column("dur_ns"))
+    if pc.max(end).as_py() > MAX_SPAN_NS:
+        values = end.to_numpy()
+        bad = np.flatnonzero(values > MAX_SPAN_NS)
+        _range_error(table, "dur_ns", int(bad[0]), int(values[bad[0]]), bad.size,
+                     f"ends at {int(values[bad[0]])} ns, beyond the 2^50 ns a trace may span", path, show=False)
+
+
+def _range_error(table, name, row, value, count, what, path, show=True):
+    op = int(table.column("op_id")[row].as_py()) if name != "op_id" else None
+    where = f"field '{name}' of op {op}" if op is not None else f"field '{name}' of row {row}"
+    got = f" is {value}," if show else ""
+    raise SchemaError(f"{where}{got} {what}; {count} op(s) affected", path=path)
 
 
 def pc_unique(col: pa.ChunkedArray) -> list:

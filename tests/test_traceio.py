@@ -8,7 +8,7 @@ import pytest
 
 from fastrack.errors import SchemaError, TraceFormatError
 from fastrack.schema import METADATA_KEY
-from fastrack.traceio import read_metadata, read_trace, write_trace
+from fastrack.traceio import make_table, read_metadata, read_trace, validate_table, write_trace
 from tracefactory import op, table, write
 
 
@@ -82,3 +82,26 @@ def test_duplicate_op_ids(tmp_path):
     t = t.set_column(0, "op_id", pa.array([3, 3], pa.int64()))
     with pytest.raises(SchemaError, match="not unique"):
         write_trace(tmp_path / "d.parquet", t, {})
+
+
+@pytest.mark.parametrize("column,value", [
+    ("bytes", -15), ("bytes", 2**62), ("dur_ns", 2**62), ("start_ns", -1), ("rank", 2**31 - 1),
+    ("rank", -1), ("op_id", 2**62), ("device", -2), ("coll_bytes", -1), ("step", -5),
+])
+def test_values_outside_their_range_are_refused_naming_the_field(tmp_path, column, value):
+    from fastrack.schema import VALUE_RANGES
+
+    cols = {"op_id": [0, 1], "kind": ["cpu", "cpu"], "name": ["a", "b"], "start_ns": [0, 10], "dur_ns": [5, 5]}
+    cols[column] = [cols.get(column, [0, 0])[0], value]
+    table = make_table(cols)
+    with pytest.raises(SchemaError, match=f"field '{column}'") as err:
+        validate_table(table, "t.parquet")
+    assert "t.parquet" in str(err.value) and str(VALUE_RANGES[column][0]) in str(err.value)
+
+
+def test_an_op_ending_beyond_the_span_is_refused():
+    from fastrack.schema import MAX_SPAN_NS
+
+    table = make_table({"op_id": [0], "kind": ["cpu"], "name": ["a"], "start_ns": [MAX_SPAN_NS - 5], "dur_ns": [10]})
+    with pytest.raises(SchemaError, match="beyond the 2\\^50 ns"):
+        validate_table(table)
