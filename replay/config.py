@@ -25,6 +25,7 @@ state only what differs from its base.
 from __future__ import annotations
 
 import dataclasses
+import math
 import difflib
 import tomllib
 from dataclasses import dataclass
@@ -255,11 +256,13 @@ def _check_value(cls: type, f: dataclasses.Field, value: Any, label: str, where:
         raise ConfigError(f"{label}: expected {_type_name(typ)}, got {_show(value)}", path=where)
     if typ is float:
         value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"{label}: expected a finite number, got {_show(value)}", path=where)
     meta = f.metadata
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise ConfigError(f"{label}: expected one of {', '.join(map(repr, choices))}, got {_show(value)}", path=where)
-    lo, hi = meta.get("min"), meta.get("max")
+    lo, hi = value_range(f)
     if lo is not None and value < lo:
         raise ConfigError(f"{label}: must be >= {lo}, got {_show(value)}", path=where)
     if hi is not None and value > hi:
@@ -267,6 +270,36 @@ def _check_value(cls: type, f: dataclasses.Field, value: Any, label: str, where:
     if meta.get("exclusive_min") is not None and value <= meta["exclusive_min"]:
         raise ConfigError(f"{label}: must be > {meta['exclusive_min']}, got {_show(value)}", path=where)
     return value
+
+
+# Bounds every numeric parameter gets from the unit in its name, on top of its own ``min``/``max``
+# (docs/model.md "Parameter ranges"). They keep each cost a parameter can produce far inside
+# int64 nanoseconds (a 16 TiB transfer at the slowest rate takes 1.8e16 ns) and each resource
+# count small enough to allocate: a value outside is refused, never clamped.
+UNIT_BOUNDS: tuple[tuple[str, float, float], ...] = (
+    ("_ns", 0, 10**10),  # a fixed cost of at most 10 s per event
+    ("_gb_s", 1e-3, 1e5),  # 1 MB/s .. 100 TB/s: slower rates would round to a free transfer
+    ("_bytes", 0, 2**40),  # sizes of buffers, chunks and calls: at most 1 TiB
+)
+COUNT_MAX = 2**40  # a count (unit "count") without a max of its own
+
+
+def value_range(f: dataclasses.Field) -> tuple[float | None, float | None]:
+    """The valid range ``(min, max)`` of a numeric parameter: its own bounds, narrowed by the
+    bounds of its unit (:data:`UNIT_BOUNDS`, :data:`COUNT_MAX`)."""
+    meta = f.metadata
+    lo, hi = meta.get("min"), meta.get("max")
+    unit_lo, unit_hi = None, None
+    for suffix, u_lo, u_hi in UNIT_BOUNDS:
+        if f.name.endswith(suffix):
+            unit_lo, unit_hi = u_lo, u_hi
+    if meta.get("unit") == "count":
+        unit_hi = COUNT_MAX
+    if unit_lo is not None:
+        lo = unit_lo if lo is None else max(lo, unit_lo)
+    if unit_hi is not None:
+        hi = unit_hi if hi is None else min(hi, unit_hi)
+    return lo, hi
 
 
 def _parse_overrides(secs: dict[str, type], overrides) -> list[tuple[str, str, Any, str]]:
@@ -342,7 +375,10 @@ def _type_name(typ: type) -> str:
 
 
 def _show(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"
+    text = repr(value)
+    if len(text) > 40:  # a long value is shown by its size, not pasted whole
+        text = f"of {len(text)} characters" if isinstance(value, str) else f"with {len(text)} digits"
+    return f"{type(value).__name__} {text}"
 
 
 def schema_problems(root_cls: type) -> list[str]:

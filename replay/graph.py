@@ -96,6 +96,17 @@ KIND_CATEGORY = {
 
 NO_LANE = -1
 
+# Bounds that keep a replay's memory and arithmetic in check (docs/model.md "Parameter ranges").
+MAX_NODES = 2**26  # nodes a graph may have after a protocol transform (about 10 GiB of replay state)
+MAX_TIME_NS = 2**62  # no schedule may reach this: every time stays inside int64 with room to add
+
+
+def check_node_budget(current: int, added: int, what: str) -> None:
+    """Refuse a transform that would grow the graph past :data:`MAX_NODES`, before allocating."""
+    if current + added > MAX_NODES:
+        raise GraphError(f"{what} needs up to {current + added:,} graph nodes, more than the "
+                         f"{MAX_NODES:,} a replay may hold; use larger chunks or a shorter trace")
+
 
 @dataclass(frozen=True)
 class Lanes:
@@ -282,6 +293,19 @@ class OpGraph:
             raise GraphError(f"lane '{lanes.names[k]}' has {int(lanes.servers[k])} servers and may grow to "
                              f"{int(lanes.max_servers[k])}: expected 1 <= servers <= max_servers")
         self._validate_holds()
+        self._validate_time_range()
+
+    def _validate_time_range(self) -> None:
+        """No schedule can reach :data:`MAX_TIME_NS`: a node finishes at most at the latest release
+        plus every duration and every positive lag added up (computed in floating point, so the
+        check itself cannot overflow)."""
+        rel = float(self.release.max()) if self.n else 0.0
+        total = rel + float(np.sum(self.dur, dtype=np.float64))
+        if self.dep_lag.size:
+            total += float(np.sum(np.maximum(self.dep_lag, 0), dtype=np.float64))
+        if total >= MAX_TIME_NS:
+            raise GraphError(f"the graph's durations add up to {total:.3g} ns, beyond the {MAX_TIME_NS:.3g} ns a "
+                             "replay can represent; check the parameters that price it (rates, latencies)")
 
     def _validate_holds(self) -> None:
         n = self.n

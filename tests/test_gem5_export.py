@@ -370,7 +370,7 @@ def test_parameter_refusal_through_the_cli(tmp_path):
     trace = write(tmp_path / "t.parquet", launch_trace())
     r = CliRunner().invoke(main, ["export-gem5", str(trace), "--protocol", "none", "--set",
                                   "pcie.h2d_bandwidth_gb_s=0.00001", "-o", str(tmp_path / "o")])
-    assert r.exit_code == 2 and "outside the range" in r.output
+    assert r.exit_code == 2 and "must be >= 0.001" in r.output
 
 
 def test_gem5_parameters_mirror_the_preset(tmp_path):

@@ -127,7 +127,7 @@ def test_wrong_type(tmp_path):
 
 def test_out_of_range_and_choices(tmp_path):
     msg = _err(tmp_path, SXM.read_text().replace("h2d_bandwidth_gb_s = 50.0", "h2d_bandwidth_gb_s = 0"))
-    assert "[pcie] h2d_bandwidth_gb_s: must be > 0" in msg
+    assert "[pcie] h2d_bandwidth_gb_s: must be >= 0.001" in msg
     msg = _err(tmp_path, SXM.read_text().replace('h2d = "pinned"', 'h2d = "some"'))
     assert "[direct] h2d: expected one of 'all', 'pinned', 'pageable', 'none'" in msg
 
@@ -218,3 +218,28 @@ def test_every_parameter_is_documented():
     for table, body in m.params.items():
         for key in body:
             assert f"`{table}.{key}`" in doc, f"docs/model.md does not document {table}.{key}"
+
+
+@pytest.mark.parametrize("setting,expected", [
+    ("pcie.h2d_bandwidth_gb_s=nan", "expected a finite number"),
+    ("pcie.h2d_bandwidth_gb_s=inf", "expected a finite number"),
+    ("pcie.h2d_bandwidth_gb_s=5e-5", "must be >= 0.001"),  # would round to a free transfer
+    ("pcie.latency_ns=9223372036854775807", "must be <= 10000000000"),
+    ("gpu.copy_engines=1000000000", "must be <= 64"),
+    ("bounce.slot_bytes=1", "must be >= 4096"),
+    ("p2p.chunk_bytes=100", "must be >= 4096"),
+    ("cpu_crypto.call_bytes=1e300", "must be <= 1099511627776, got int with 301 digits"),
+])
+def test_every_numeric_parameter_is_range_checked(setting, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        config.load_preset(H100Params, SXM, [setting])
+
+
+def test_unit_bounds_narrow_a_parameters_own_range():
+    import dataclasses
+
+    from fastrack_h100.params import PcieParams
+
+    f = {x.name: x for x in dataclasses.fields(PcieParams)}
+    assert config.value_range(f["h2d_bandwidth_gb_s"]) == (1e-3, 1e5)
+    assert config.value_range(f["latency_ns"]) == (0, 10**10)

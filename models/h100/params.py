@@ -23,9 +23,9 @@ def _f(doc: str, **meta):
 @dataclass(frozen=True)
 class GpuParams:
     sms: int = _f("streaming multiprocessors (scale the emulated parallel authentication kernel, [auth])",
-                  unit="count", min=1)
+                  unit="count", min=1, max=4096)
     copy_engines: int = _f("async copy engines (servers of the CE lane; Fastrack fix 2 splits a secure copy's "
-                           "crypto over them)", unit="count", min=1)
+                           "crypto over them)", unit="count", min=1, max=64)
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class CpuCryptoParams:
     core_gb_s: float = _f("AES-256-GCM throughput of one core on large buffers, GB/s", exclusive_min=0)
     call_overhead_ns: int = _f("fixed cost of one AES-GCM call (IV setup, tag finalisation)", min=0)
     call_bytes: int = _f("bytes per AES-GCM call (one tag and IV per call)", min=1)
-    threads: int = _f("CPU threads that encrypt/decrypt one transfer (1 = the calling thread)", unit="count", min=1)
+    threads: int = _f("CPU threads that encrypt/decrypt one transfer (1 = the calling thread)", unit="count", min=1, max=1024)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class CeParams:
     op_overhead_ns: int = _f("fixed cost per copy-engine secure-copy operation (one chunk, one tag)", min=0)
     secure_channels_per_direction: int = _f("CE channels that process the secure copies of one direction, each "
                                             "in IV order (servers of the per-direction secure-copy lane)",
-                                            unit="count", min=1)
+                                            unit="count", min=1, max=64)
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,10 @@ class SubmitParams:
 
 @dataclass(frozen=True)
 class BounceParams:
-    slot_bytes: int = _f("size of one bounce (staging) buffer slot; transfers are chunked by it", min=1)
+    slot_bytes: int = _f("size of one bounce (staging) buffer slot, at least one 4 KiB crypto page; transfers are "
+                         "chunked by it", min=CRYPTO_PAGE_BYTES)
     slots: int = _f("slots a rank's bounce-buffer pool starts with (a slot is reclaimed as soon as it is freed)",
-                    unit="count", min=1)
+                    unit="count", min=1, max=2**20)
     growth: str = _f("what the pool does when every slot is in use: double (the driver's policy) | none (wait)",
                      choices=("double", "none"))
     max_slots: int = _f("slots the pool may grow to by doubling (below slots: no growth)", unit="count", min=1,
@@ -99,7 +100,7 @@ class TopologyParams:
     """GPU-to-GPU interconnect of a data-parallel job (docs/multi-gpu.md)."""
 
     gpus_per_node: int = _f("GPUs per node (share one NVLink/NVSwitch domain); larger rings cross the network",
-                            unit="count", min=1)
+                            unit="count", min=1, max=2**16)
     link: str = _f("GPU-to-GPU link inside a node: nvlink (NVLink/NVSwitch) | pcie (no NVLink: PCIe peer path)",
                    choices=("nvlink", "pcie"))
     nvlink_gb_s: float = _f("achieved NVLink bandwidth per GPU and direction, GB/s", exclusive_min=0)
@@ -127,7 +128,7 @@ class P2PParams:
     """Encrypted GPU-to-GPU messages (docs/multi-gpu.md section 3): staging and per-message costs."""
 
     chunk_bytes: int = _f("bytes of one P2P staging chunk: one CE push (and one host synchronisation) per chunk "
-                          "and side unless metadata is batched per message", min=1)
+                          "and side unless metadata is batched per message", min=CRYPTO_PAGE_BYTES)
     meta_bytes_per_page: int = _f("IV + tag bytes per crypto page that travel with the ciphertext", min=0)
     sync_ns: int = _f("host synchronisation per hand-off between engines (CPU polls and decrypts an encrypted "
                       "completion semaphore)", min=0)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastrack.schema import HOST_KINDS, GPU_KINDS, CopyDir, DepKind, OpKind
-from replay.graph import OpGraph
+from replay.graph import OpGraph, check_node_budget
 
 _IS_HOST = np.zeros(256, bool)
 _IS_HOST[[int(k) for k in HOST_KINDS]] = True
@@ -88,6 +88,9 @@ class Chunks:
         return self.first[self.copy] + jj
 
 
+NODES_PER_CHUNK = 8  # an upper bound on the nodes a protocol builds per chunk (the CC path builds at most 6)
+
+
 def chunk(nbytes: np.ndarray, slot_bytes: int) -> Chunks:
     """Split each copy into bounce-slot-sized chunks (bytes conserved per copy)."""
     nbytes = np.asarray(nbytes, dtype=np.int64)
@@ -96,6 +99,7 @@ def chunk(nbytes: np.ndarray, slot_bytes: int) -> Chunks:
     if count.size:
         np.cumsum(count[:-1], out=first[1:])
     total = int(count.sum()) if count.size else 0
+    check_node_budget(0, NODES_PER_CHUNK * total, f"cutting {count.size:,} copies into {slot_bytes:,}-byte bounce slots")
     copy = np.repeat(np.arange(count.shape[0], dtype=np.int64), count)
     j = np.arange(total, dtype=np.int64) - first[copy]
     k = count[copy]

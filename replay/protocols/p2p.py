@@ -66,7 +66,8 @@ import numpy as np
 
 from fastrack.errors import PluginError
 from fastrack.schema import DepKind, OpKind
-from replay.graph import NO_LANE, LaneType, OpGraph
+from replay.graph import NO_LANE, LaneType, OpGraph, check_node_budget
+from replay.protocols.copies import NODES_PER_CHUNK
 
 from .collectives import Collectives, Messages, find, messages, require_link_model
 from .editor import GraphEditor, copy_in_edges, lanes_required
@@ -185,6 +186,7 @@ class _Chunks:
     def of(nbytes: np.ndarray, chunk_bytes: int) -> "_Chunks":
         nbytes = np.asarray(nbytes, np.int64)
         count = np.maximum(1, -(-nbytes // np.int64(chunk_bytes)))
+        check_node_budget(0, NODES_PER_CHUNK * int(count.sum()), f"cutting {count.size:,} messages into {chunk_bytes:,}-byte chunks")
         first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         msg = np.repeat(np.arange(nbytes.size, dtype=np.int64), count)
         j = np.arange(msg.size, dtype=np.int64) - first[msg]
