@@ -60,6 +60,7 @@ except ImportError:  # pragma: no cover - depends on the installation
     _backend = ijson
 
 CHUNK = 1 << 18
+MAX_JSON_DEPTH = 64  # nesting of one value (Kineto writes at most 4); deeper values are refused
 _TAIL_LIMIT = 64 << 20
 
 # category -> code
@@ -141,18 +142,79 @@ def _io_error(exc: BaseException, path: str) -> TraceFormatError:
     return TraceFormatError(f"cannot read file ({exc})", path=path)
 
 
-def _json_error(exc: BaseException, path: str) -> TraceFormatError:
-    msg = " ".join(str(exc).split())[:160]
-    if isinstance(exc, ijson.IncompleteJSONError) and ("premature EOF" in msg or "incomplete" in msg.lower()):
+class _Counted:
+    """File wrapper that knows where the parser is: bytes and lines before the chunk read last,
+    and the last two chunks, so a JSON error can be reported by position (never by content)."""
+
+    __slots__ = ("f", "before", "lines", "prev", "last", "nonfinite")
+
+    def __init__(self, f):
+        self.f, self.before, self.lines, self.prev, self.last = f, 0, 0, b"", b""
+        self.nonfinite = False
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        if data:
+            self.before += len(self.prev)
+            self.lines += self.prev.count(b"\n")
+            self.prev, self.last = self.last, data
+        return data
+
+    def position(self, context: str, at: int) -> tuple[int, int, int] | None:
+        """(byte offset, line, column), 1-based line and column, of the character ``at`` of
+        ``context`` (the parser's rendering of the bytes around an error), or None if not found."""
+        window = self.prev + self.last
+        flat = window.replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\t", b" ")
+        try:
+            needle = context.encode()
+        except UnicodeEncodeError:
+            return None
+        i = flat.rfind(needle) if needle else -1
+        if i < 0:
+            return None
+        local = i + at
+        offset = self.before + local
+        line = self.lines + window[:local].count(b"\n") + 1
+        col = local - (window.rfind(b"\n", 0, local) + 1) + 1 if b"\n" in window[:local] else None
+        if col is None:  # the line started before the window: count back through it is not possible
+            col = local + 1 if self.before == 0 else 0
+        self.nonfinite = window[max(local - 1, 0):local + 9].lstrip(b"-:, ").startswith((b"NaN", b"Infinity", b"nan", b"inf"))
+        return offset, line, col
+
+
+_YAJL_CONTEXT = re.compile(r"^(?P<what>[^\n]*?)\.?\n(?P<ctx>[^\n]*)\n(?P<caret>[^\n]*\^)", re.S)
+
+
+def _json_error(exc: BaseException, path: str, where: _Counted | None = None) -> TraceFormatError:
+    """One line for a JSON syntax error: what the parser found and where, never the input's bytes
+    (real traces embed secrets; the parser's own message quotes the text around the error)."""
+    text = str(exc)
+    if isinstance(exc, ijson.IncompleteJSONError) and ("premature EOF" in text or "incomplete" in text.lower()):
         return TraceFormatError("truncated JSON (the file ends in the middle of the document)", path=path)
-    hint = " (NaN/Infinity are not valid JSON)" if re.search(r"nan|inf", msg, re.I) else ""
-    return TraceFormatError(f"invalid JSON: {msg}{hint}", path=path)
+    m = _YAJL_CONTEXT.match(text)
+    what = m.group("what").strip() if m else "syntax error"
+    what = what if re.fullmatch(r"[a-z ]+ error: [A-Za-z0-9 ,.()'{}\[\]:-]{0,80}", what) else "syntax error"
+    pos = None
+    if m and where is not None:
+        ctx = m.group("ctx")
+        body = ctx.lstrip(" ")
+        at = max(0, m.group("caret").index("^") - (len(ctx) - len(body)) - 1)
+        pos = where.position(body.rstrip(" "), min(at, max(len(body.rstrip(" ")) - 1, 0)))
+    if pos is not None:
+        loc = f" at byte {pos[0]:,} (line {pos[1]}" + (f", column {pos[2]})" if pos[2] else ")")
+    elif where is not None:
+        loc = f" between bytes {where.before:,} and {where.before + len(where.prev) + len(where.last):,}"
+    else:
+        loc = ""
+    hint = " (NaN/Infinity are not valid JSON)" if pos is not None and where.nonfinite else ""
+    return TraceFormatError(f"invalid JSON{loc}: {what}{hint}", path=path)
 
 
 def _read_head(path: str) -> tuple[dict[str, Any], str | None]:
     """Whitelisted top-level keys before ``traceEvents`` and the events prefix (None: no events)."""
     head: dict[str, Any] = {}
-    with _open(path) as f:
+    with _open(path) as raw:
+        f = _Counted(raw)
         try:
             events = _backend.parse(f)
             first = next(events, None)
@@ -171,6 +233,9 @@ def _read_head(path: str) -> tuple[dict[str, Any], str | None]:
                     builder.event(ev, value)
                     if ev in ("start_map", "start_array"):
                         depth += 1
+                        if depth > MAX_JSON_DEPTH:
+                            raise TraceFormatError(f"field '{key}' is nested deeper than {MAX_JSON_DEPTH} levels",
+                                                   path=path)
                     elif ev in ("end_map", "end_array"):
                         depth -= 1
                     if depth == 0:
@@ -193,7 +258,7 @@ def _read_head(path: str) -> tuple[dict[str, Any], str | None]:
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise _io_error(exc, path) from None
         except ijson.JSONError as exc:
-            raise _json_error(exc, path) from None
+            raise _json_error(exc, path, f) from None
 
 
 def _tail_keys(window: bytes) -> dict[str, Any]:
@@ -268,8 +333,9 @@ def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
     gpu_a, rt_a, sync_a, ann_a, rpc_a = fd.gpu.append, fd.rt.append, fd.sync.append, fd.ann.append, fd.rpc.append
     cats = _CATS
     n = 0
-    with _open(path) as f:
-        reader = _TailReader(f)
+    with _open(path) as raw:
+        counted = _Counted(raw)
+        reader = _TailReader(counted)
         try:
             for ev in _backend.items(reader, prefix, use_float=True):
                 n += 1
@@ -324,7 +390,7 @@ def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise _io_error(exc, path) from None
         except ijson.JSONError as exc:
-            raise _json_error(exc, path) from None
+            raise _json_error(exc, path, counted) from None
     fd.num_events = n
     tail = _tail_keys(reader.tail()) if prefix != "item" else {}
     return fd, tail

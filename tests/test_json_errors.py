@@ -1,0 +1,59 @@
+"""A JSON syntax error is reported by position, never by the bytes around it (issue 16 item 5:
+real traces embed tokens, and the parser's own message quotes the input)."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+from click.testing import CliRunner
+
+from tracegen.cli import main
+
+SECRET = "hf_PLANTEDSECRET0123456789"
+
+
+def _convert(path, tmp_path):
+    out = tmp_path / "out.parquet"
+    r = CliRunner().invoke(main, ["convert", str(path), "-o", str(out)])
+    return r, out
+
+
+@pytest.mark.parametrize("doc,line,hint", [
+    ('{"traceEvents": [{"name": "a", "HF_TOKEN": "%s" x }]}' % SECRET, 1, False),
+    ('{"traceEvents": [\n{"name": "a",\n"HF_TOKEN": "%s"\n "x": 1}]}' % SECRET, 4, False),
+    ('{"traceEvents": [{"name": "%s", "dur": NaN}]}' % SECRET, 1, True),
+    ('{"deviceProperties": [{"a": "%s" x}], "traceEvents": []}' % SECRET, 1, False),
+])
+def test_syntax_errors_name_the_position_not_the_content(tmp_path, doc, line, hint):
+    path = tmp_path / "bad.json"
+    path.write_text(doc)
+    r, out = _convert(path, tmp_path)
+    assert r.exit_code == 2 and not out.exists()
+    msg = r.output.strip()
+    assert len(msg.splitlines()) == 1 and SECRET not in msg and "HF_TOKEN" not in msg
+    assert f"(line {line}" in msg and "invalid JSON at byte" in msg
+    assert ("NaN/Infinity" in msg) == hint
+
+
+def test_an_error_deep_in_a_large_gzipped_file_is_located(tmp_path):
+    events = ",".join('{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": 7, "ts": %d, "dur": 1}' % (i, i)
+                      for i in range(20000))
+    body = '{"traceEvents": [' + events + "]}"
+    cut = len(body) // 2
+    cut = body.index("{", cut)
+    body = body[:cut] + '@TOKEN=%s ' % SECRET + body[cut:]
+    path = tmp_path / "big.json.gz"
+    path.write_bytes(gzip.compress(body.encode()))
+    r, _ = _convert(path, tmp_path)
+    msg = r.output.strip()
+    assert r.exit_code == 2 and SECRET not in msg
+    offset = int(msg.split("at byte ")[1].split(" ")[0].replace(",", ""))
+    assert abs(offset - cut) < 40
+
+
+def test_a_head_value_nested_too_deep_is_refused(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"deviceProperties": ' + "[" * 5000 + "]" * 5000 + ', "traceEvents": []}')
+    r, _ = _convert(path, tmp_path)
+    assert r.exit_code == 2 and "nested deeper than" in r.output
