@@ -95,5 +95,13 @@ def executor_options(func):
 
 def dask_timeout_option(func):
     """``--dask-timeout`` -> ``dask_timeout``."""
-    return click.option("--dask-timeout", type=float, default=DASK_TIMEOUT_S, show_default=True,
-                        help="Seconds to wait for the Dask scheduler.")(func)
+    return click.option("--dask-timeout", type=click.FloatRange(0.1, 3600), default=DASK_TIMEOUT_S,
+                        show_default=True, callback=_finite,
+                        help="Seconds to wait for the Dask scheduler and for its first worker.")(func)
+
+
+def _finite(ctx, param, value):
+    """FloatRange lets NaN through (every comparison with NaN is false): refuse it here."""
+    if value is not None and value != value:
+        raise click.BadParameter("expected a number, got nan", ctx=ctx, param=param)
+    return value

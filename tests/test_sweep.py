@@ -97,7 +97,9 @@ def test_resume_after_interruption_loses_no_point(tmp_path, traces, fake, monkey
     with pytest.raises(KeyboardInterrupt):
         run_sweep(spec, out, jobs=1, progress=False)
     assert not out.exists()
-    parts = ResultStore(out, plan_study(spec).fingerprint, {}).done_keys()
+    store = ResultStore(out, plan_study(spec).fingerprint, {})
+    parts = store.done_keys()
+    store.close()
     assert len(parts) == sum(calls[:2]) > 0  # every finished point was written before stopping
     monkeypatch.setattr(sweep_module, "run_batch", real)
     rep = run_sweep(spec, out, jobs=1, progress=False)

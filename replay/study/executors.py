@@ -13,14 +13,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
 from fastrack.errors import ConfigError
 from replay.study.points import Point
 from replay.study.worker import run_batch
 
-DASK_TIMEOUT_S = 5.0
+DASK_TIMEOUT_S = 5.0  # seconds to reach the scheduler and to see a first worker
+DASK_PROGRESS_TIMEOUT_S = 1800.0  # a Dask sweep fails when no point finishes for this long
 
 
 class InlineExecutor:
@@ -36,6 +37,34 @@ class InlineExecutor:
 
     def shutdown(self, wait=True, cancel_futures=False):
         pass
+
+
+PARENT_POLL_S = 1.0  # how often a worker checks that the sweep that started it is still alive
+
+
+def die_with_parent(parent: int) -> None:
+    """Pool-worker initializer: the worker ends when the sweep process dies, even by ``kill -9``
+    (which runs no clean-up in the parent). Linux: the kernel's parent-death signal; elsewhere,
+    and as a second line on Linux, a daemon thread that polls the parent's pid."""
+    import signal
+    import threading
+    import time
+
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="fastrack-parent-watch", daemon=True).start()
 
 
 def dask_address(spec: str) -> str:
@@ -61,7 +90,7 @@ def open_executor(spec: str | None, jobs: int | None, timeout: float = DASK_TIME
 
         # fork: workers start at once and inherit the loaded modules and compiled engine.
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-        ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+        ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=die_with_parent, initargs=(os.getpid(),))
         try:
             yield ex, n, f"local process pool ({n} workers)"
         finally:
@@ -88,9 +117,16 @@ def _dask_executor(address: str, timeout: float):
         raise ConfigError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({msg}); "
                           "is `dask scheduler` running there and the port open?") from None
     try:
+        try:
+            client.wait_for_workers(1, timeout=timeout)
+        except (OSError, TimeoutError):
+            raise ConfigError(f"the Dask scheduler at {address} has no worker (none joined within {timeout:g} s); "
+                              "start one with `dask worker " + address + "`") from None
         info = client.scheduler_info()
         threads = sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()) or 1
-        yield client.get_executor(pure=False), threads, f"Dask cluster {address} ({threads} worker threads)"
+        ex = client.get_executor(pure=False)
+        ex.progress_timeout = DASK_PROGRESS_TIMEOUT_S
+        yield ex, threads, f"Dask cluster {address} ({threads} worker threads)"
     finally:
         client.close()
 
@@ -100,6 +136,7 @@ def execute(tasks: Sequence[Sequence[tuple]], executor, workers: int,
             run: Callable[[list[tuple]], list[dict[str, Any]]] = run_batch) -> None:
     """Run batches with ``run`` on ``executor`` with at most ``in_flight`` outstanding; stream results."""
     limit = in_flight or max(2, 2 * workers)
+    timeout = getattr(executor, "progress_timeout", None)  # a cluster may lose its workers; a local pool cannot
     it = iter(tasks)
     pending: set = set()
     try:
@@ -111,9 +148,17 @@ def execute(tasks: Sequence[Sequence[tuple]], executor, workers: int,
                 pending.add(executor.submit(run, list(batch)))
             if not pending:
                 return
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+            if not done:
+                raise ConfigError(f"no point finished in {timeout:g} s on the cluster (workers gone or stuck); the "
+                                  "finished points are kept: rerun the same command to resume")
             for f in done:
-                on_result(f.result())
+                try:
+                    res = f.result()
+                except CancelledError:
+                    raise ConfigError("the cluster cancelled a batch of points (scheduler or workers lost); the "
+                                      "finished points are kept: rerun the same command to resume") from None
+                on_result(res)
     finally:
         for f in pending:
             f.cancel()

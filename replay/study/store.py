@@ -18,6 +18,7 @@ count, the completion order or how often the study was resumed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from fastrack import __version__
 from fastrack.atomic import atomic_path, write_text_atomic
 from fastrack.errors import ConfigError
+from fastrack.outputs import check_output_path
 from replay.study.points import Point, canonical_json
 
 META_KEY = b"fastrack.study"
@@ -88,7 +90,7 @@ class ResultStore:
     """Finished points in ``<out>.parts/part-*.parquet`` until compaction into ``<out>``."""
 
     def __init__(self, out: str | os.PathLike, fingerprint: str, meta: dict[str, Any], overwrite: bool = False,
-                 chunk_rows: int = CHUNK_ROWS, chunk_seconds: float = CHUNK_SECONDS):
+                 chunk_rows: int = CHUNK_ROWS, chunk_seconds: float = CHUNK_SECONDS, inputs: Iterable[str] = ()):
         self.out = Path(out)
         self.parts = self.out.with_name(self.out.name + ".parts")
         self.fingerprint = fingerprint
@@ -100,11 +102,32 @@ class ResultStore:
         self.keep_out = not overwrite  # with --overwrite, the old output is replaced at compaction
         if self.out.suffix.lower() != ".parquet":
             raise ConfigError(f"-o {self.out}: the results file must end in .parquet")
-        if overwrite:
-            if self.parts.exists():
-                shutil.rmtree(self.parts)
-        else:
-            self._check_existing()
+        check_output_path(self.out, inputs=sorted(set(inputs)), overwrite=True)  # never a link, a device, a trace
+        self.lock = StudyLock(self.out)
+        try:
+            pending = self._parts_meta()
+            if pending.get("fingerprint") == self.fingerprint and pending.get("replaces_output"):
+                self.keep_out = False  # an interrupted --overwrite of this same study: resume it
+            elif overwrite:
+                if self.parts.exists():
+                    shutil.rmtree(self.parts)
+            else:
+                self._check_existing()
+            self.meta["replaces_output"] = not self.keep_out
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def close(self) -> None:
+        """Release the output's lock (after compaction, or when the study stops)."""
+        self.lock.release()
+
+    def _parts_meta(self) -> dict[str, Any]:
+        try:
+            meta = json.loads((self.parts / "study.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return meta if isinstance(meta, dict) and self._part_files() else {}
 
     def _refuse(self, what: str) -> None:
         raise ConfigError(f"{what}; use a new -o or --overwrite", path=str(self.out))
@@ -125,7 +148,7 @@ class ResultStore:
                 meta = json.loads(marker.read_text())
             except (OSError, ValueError):
                 meta = {}
-            if meta.get("fingerprint") != self.fingerprint:
+            if not isinstance(meta, dict) or meta.get("fingerprint") != self.fingerprint:
                 self._refuse(f"unfinished parts of a different study in {self.parts}")
 
     def _part_files(self) -> list[Path]:
@@ -180,6 +203,47 @@ class ResultStore:
         _write_parquet(df, self.out, dict(self.meta, complete=complete, rows=len(df)))
         self.discard_parts()
         return len(df)
+
+
+class StudyLock:
+    """An exclusive lock on a study's output (``<output>.lock``, flock), so two studies can never
+    write the same output at once; the second one is refused at once with one line. The lock
+    file is removed when released; a lock taken on a file another study has just removed is
+    dropped and taken again."""
+
+    def __init__(self, out: Path):
+        import fcntl
+
+        self.path = out.with_name(out.name + ".lock")
+        self.fd: int | None = None
+        for _ in range(16):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except OSError as exc:
+                raise ConfigError(f"cannot create the lock file {self.path.name} ({exc.strerror})", path=str(out)) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise ConfigError("another study is writing this output now (its lock file "
+                                  f"{self.path.name} is held); wait for it or use another -o", path=str(out)) from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                self.fd = fd
+                return
+            os.close(fd)  # the holder removed the file as we opened it: take the new one
+        raise ConfigError(f"could not take the lock {self.path.name}", path=str(out))
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        os.close(self.fd)
+        self.fd = None
 
 
 def finish_table(df, swept: Sequence[str]):

@@ -70,7 +70,16 @@ def run_sweep(spec: StudySpec, output: str | os.PathLike, executor: str | None =
     plan = plan_study(spec)
     meta = {"tool": "replay sweep", "fastrack_version": __version__, "model": plan.model, "points": len(plan.points),
             "swept": plan.swept}
-    store = ResultStore(output, plan.fingerprint, meta, overwrite=overwrite, chunk_rows=chunk_rows)
+    store = ResultStore(output, plan.fingerprint, meta, overwrite=overwrite, chunk_rows=chunk_rows,
+                        inputs=[p.trace_abs for p in plan.points])
+    try:
+        return _run(plan, store, executor, jobs, progress, dask_timeout, log)
+    finally:
+        store.close()
+
+
+def _run(plan, store: ResultStore, executor, jobs, progress, dask_timeout, log) -> SweepReport:
+    output = store.out
     done = store.done_keys()
     todo = [p for p in plan.points if p.key not in done]
     by_key = {p.key: p for p in todo}
