@@ -13,7 +13,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from fastrack.schema import OpKind  # noqa: E402
 from tracegen.emulation import Recorder, emulated_gpu  # noqa: E402
-from tracegen.emulation.costmodel import H100_SXM, rnn_kernels  # noqa: E402
+from tracegen.emulation.costmodel import (  # noqa: E402
+    H100_SXM, RNN_PERSISTENT, RNN_STANDARD, gemm_ns, memory_ns, rnn_algo, rnn_kernels)
 
 
 def _kernels(fn):
@@ -166,15 +167,16 @@ def test_grouped_query_attention_without_flash_is_math():
 # ----------------------------------------------------------------------------- cuDNN RNNs
 
 def test_lstm_forward_backward_are_cudnn_kernels():
-    t, b, layers, dirs = 5, 3, 2, 2
+    """hidden 256 in fp32: cuDNN's standard algorithm (per-step GEMM + cell kernels)."""
+    t, b, layers, dirs, h = 5, 3, 2, 2, 256
 
     def work():
-        m = nn.LSTM(32, 64, num_layers=layers, bidirectional=True, batch_first=True).cuda()
+        m = nn.LSTM(32, h, num_layers=layers, bidirectional=True, batch_first=True).cuda()
         x = torch.randn(b, t, 32, device="cuda", requires_grad=True)
-        y, (h, c) = m(x)
-        assert tuple(y.shape) == (b, t, 128) and tuple(h.shape) == (4, b, 64) and tuple(c.shape) == (4, b, 64)
+        y, (hn, cn) = m(x)
+        assert tuple(y.shape) == (b, t, 2 * h) and tuple(hn.shape) == (4, b, h) and tuple(cn.shape) == (4, b, h)
         y.sum().backward()
-        assert tuple(x.grad.shape) == (b, t, 32) and m.weight_hh_l1_reverse.grad.shape == (256, 64)
+        assert tuple(x.grad.shape) == (b, t, 32) and m.weight_hh_l1_reverse.grad.shape == (4 * h, h)
 
     n = _count(work)
     # forward per layer and direction: input GEMM + (recurrent GEMM + cell) per step
@@ -184,11 +186,23 @@ def test_lstm_forward_backward_are_cudnn_kernels():
     assert not {"aten::sigmoid_", "aten::tanh", "aten::addmm", "aten::unsafe_split"} & set(n)
 
 
+def test_small_hidden_lstm_is_persistent():
+    """hidden <= 192 forward / <= 128 backward: PERSIST_STATIC_SMALL_H, one kernel for all steps."""
+    def work():
+        m = nn.LSTM(32, 64, num_layers=2).cuda()
+        y, _ = m(torch.randn(7, 3, 32, device="cuda", requires_grad=True))
+        y.sum().backward()
+
+    n = _count(work)
+    assert n["aten::_cudnn_rnn"] == 2 * 2  # per layer: input GEMM + the persistent recurrent kernel
+    assert n["aten::_cudnn_rnn_backward"] == 2 * (1 + 4)
+
+
 def test_gru_and_projected_lstm():
     def gru():
-        nn.GRU(16, 16).cuda()(torch.randn(4, 2, 16, device="cuda"))
+        nn.GRU(16, 256).cuda()(torch.randn(4, 2, 16, device="cuda"))
 
-    def proj():
+    def proj():  # a projection always takes the standard algorithm
         y, (h, c) = nn.LSTM(16, 32, proj_size=8).cuda()(torch.randn(4, 2, 16, device="cuda"))
         assert tuple(y.shape) == (4, 2, 8) and tuple(c.shape) == (1, 2, 32)
 
@@ -204,17 +218,37 @@ def test_bf16_lstm_is_not_cudnn():
     assert "aten::_cudnn_rnn" not in _count(work)
 
 
+def test_rnn_algorithm_choice():
+    a = lambda *x, **kw: rnn_algo(*x, spec=H100_SXM, **kw)  # noqa: E731
+    # mode, batch, input, hidden, proj, layers, dirs, dtype
+    assert a(2, 4, 8, 192, 0, 3, 2, "float32") == RNN_PERSISTENT
+    assert a(2, 4, 8, 192, 0, 3, 2, "float32", forward=False) == RNN_STANDARD
+    assert a(2, 4, 8, 64, 8, 1, 1, "float32") == RNN_STANDARD  # projection
+    assert a(2, 4, 8, 64, 0, 1, 1, "float64") == RNN_STANDARD
+    assert a(2, 64, 256, 512, 0, 1, 1, "float16") == RNN_PERSISTENT
+    assert a(3, 64, 256, 512, 0, 1, 1, "float16") == RNN_STANDARD  # GRU: never PERSIST_STATIC
+    assert a(2, 60, 256, 512, 0, 1, 1, "float16") == RNN_STANDARD  # batch not a multiple of 8
+    assert a(2, 64, 256, 512, 0, 2, 1, "float16") == RNN_STANDARD  # two layers
+
+
 def test_rnn_kernel_model_by_hand():
-    k = rnn_kernels(2, seq=3, batch=4, input_size=8, hidden=16, proj=0, layers=1, dirs=1, dtype="float32",
+    k = rnn_kernels(2, seq=3, batch=4, input_size=8, hidden=256, proj=0, layers=1, dirs=1, dtype="float32",
                     spec=H100_SXM)
     assert [c.family for c in k] == ["gemm"] + ["gemm", "elementwise"] * 3
-    assert k[0].flops == 2.0 * (3 * 4) * 64 * 8  # M = seq x batch, N = 4 gates x hidden, K = input
-    assert k[1].flops == 2.0 * 4 * 64 * 16
+    assert k[0].flops == 2.0 * (3 * 4) * 1024 * 8  # M = seq x batch, N = 4 gates x hidden, K = input
+    assert k[1].flops == 2.0 * 4 * 1024 * 256
     # cell: 2 x gate pre-activations + c read/write + h write, per batch row; + both biases
-    assert k[2].bytes == (2 * 64 + 2 * 16 + 16) * 4 * 4 + 2 * 64 * 4
-    bwd = rnn_kernels(3, seq=2, batch=1, input_size=8, hidden=8, proj=0, layers=1, dirs=1, dtype="float32",
+    assert k[2].bytes == (2 * 1024 + 2 * 256 + 256) * 4 * 4 + 2 * 1024 * 4
+    bwd = rnn_kernels(3, seq=2, batch=1, input_size=8, hidden=256, proj=0, layers=1, dirs=1, dtype="float32",
                       spec=H100_SXM, backward=True, weight_grad=False)
     assert [c.family for c in bwd] == ["elementwise", "gemm"] * 2 + ["gemm"]
+    # persistent: the steps' rooflines without their floors, in one kernel with one GEMM floor
+    small = dict(seq=3, batch=4, input_size=8, hidden=64, proj=0, layers=1, dirs=1, dtype="float32", spec=H100_SXM)
+    per = rnn_kernels(2, **small)
+    assert len(per) == 2
+    gemm_step = gemm_ns(4, 256, 64, "float32", H100_SXM, tf32=True) - H100_SXM.gemm_floor_ns
+    cell_step = memory_ns((2 * 256 + 2 * 64 + 64) * 4 * 4 + 2 * 256 * 4, H100_SXM.elementwise_efficiency, 0, H100_SXM)
+    assert per[1].dur_ns == H100_SXM.gemm_floor_ns + 3 * (gemm_step + cell_step)
 
 
 @pytest.mark.parametrize("bad", [0.0, 1.0])

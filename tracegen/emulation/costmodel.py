@@ -537,21 +537,52 @@ def price_op(op: str, ins: Sequence[TensorInfo | None], outs: Sequence[TensorInf
 
 
 _RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # cudnnRNNMode_t: RNN_RELU, RNN_TANH, LSTM, GRU
+RNN_STANDARD, RNN_PERSISTENT = "standard", "persistent"
+
+
+def rnn_algo(mode: int, batch: int, input_size: int, hidden: int, proj: int, layers: int, dirs: int, dtype: str,
+             spec: GpuSpec, *, forward: bool = True) -> str:
+    """The cuDNN RNN algorithm PyTorch's ``get_algo`` (aten/src/ATen/native/cudnn/RNN.cpp) picks
+    for dense input on a GPU of compute capability >= 8 with >= 98 SMs (both H100 models):
+    standard with a projection; persistent (``PERSIST_STATIC_SMALL_H``) for non-fp64 when hidden
+    <= 192 (LSTM/GRU forward), <= 128 (LSTM/GRU backward), <= 384 / <= 256 (plain RNNs); the
+    persistent ``PERSIST_STATIC`` for fp16 with one unidirectional layer, hidden <= 1024, hidden
+    and input multiples of 128, batch a multiple of 8 up to 128 (not GRU; plain RNNs also not
+    with batch >= 96 and hidden >= 896); standard otherwise."""
+    if proj:
+        return RNN_STANDARD
+    plain = mode in (0, 1)
+    if dtype != "float64":
+        limit = (384 if forward else 256) if plain else (192 if forward else 128)
+        if hidden <= limit:
+            return RNN_PERSISTENT
+    if dtype == "float16" and spec.sms >= 98:
+        common = layers == 1 and dirs == 1 and hidden <= 1024 and hidden % 128 == 0 and input_size % 128 == 0
+        if common and mode != 3 and batch % 8 == 0 and batch <= 128 and (not plain or batch < 96 or hidden < 896):
+            return RNN_PERSISTENT
+    return RNN_STANDARD
 
 
 def rnn_kernels(mode: int, seq: int, batch: int, input_size: int, hidden: int, proj: int, layers: int, dirs: int,
                 dtype: str, spec: GpuSpec, *, backward: bool = False, weight_grad: bool = True,
                 tf32: bool = True) -> list[KernelCost]:
-    """The kernels of one cuDNN RNN call (``_cudnn_rnn`` or its backward), cuDNN's standard
-    algorithm as a model: per layer and direction, forward = one GEMM for the input projection
-    of all ``seq`` steps (M = seq x batch, N = gates x hidden, K = layer input width), then per
-    step one recurrent GEMM (M = batch, N = gates x hidden, K = hidden or ``proj``; plus the
-    projection GEMM of an LSTM with ``proj``) and one pointwise cell kernel (gate pre-activations
-    of both GEMMs read, cell state read and written, hidden state written). Backward = per step
-    the cell kernel and the recurrent data-gradient GEMM, then one input data-gradient GEMM over
-    all steps, and when ``weight_grad`` two weight-gradient GEMMs (K = seq x batch) and a bias
-    reduction. Layers and directions run one after the other (cuDNN overlaps them on internal
-    streams; not modelled)."""
+    """The kernels of one cuDNN RNN call (``_cudnn_rnn`` or its backward), as a model of cuDNN's
+    algorithms (:func:`rnn_algo`). Per layer and direction:
+
+    * standard, forward: one GEMM for the input projection of all ``seq`` steps (M = seq x batch,
+      N = gates x hidden, K = layer input width), then per step one recurrent GEMM (M = batch,
+      N = gates x hidden, K = hidden or ``proj``; plus the projection GEMM of an LSTM with
+      ``proj``) and one pointwise cell kernel (gate pre-activations of both GEMMs read, cell state
+      read and written, hidden state written, both biases read);
+    * standard, backward: per step the cell kernel and the recurrent data-gradient GEMM, then one
+      input data-gradient GEMM over all steps, and when ``weight_grad`` two weight-gradient GEMMs
+      (K = seq x batch) and a bias reduction;
+    * persistent: the per-step GEMMs and cell kernels become one kernel that runs every step
+      (assumption: its time is the sum of their rooflines without the per-kernel floors, plus one
+      ``gemm_floor_ns``); the input-projection / data- and weight-gradient GEMMs stay.
+
+    Layers and directions run one after the other (cuDNN overlaps them on internal streams; not
+    modelled)."""
     gates = _RNN_GATES.get(mode, 4)
     g = gates * hidden
     rec_w = proj or hidden
@@ -559,9 +590,19 @@ def rnn_kernels(mode: int, seq: int, batch: int, input_size: int, hidden: int, p
     cell_bytes = (2 * g + (2 if mode == 2 else 0) * hidden + hidden) * batch * isz + 2 * g * isz
     cell = KernelCost("elementwise", memory_ns(cell_bytes, spec.elementwise_efficiency, spec.elementwise_floor_ns,
                                                spec), 0.0, cell_bytes)
+    persistent = rnn_algo(mode, batch, input_size, hidden, proj, layers, dirs, dtype, spec,
+                          forward=not backward) == RNN_PERSISTENT
 
     def mm(m, n, k):
         return KernelCost("gemm", gemm_ns(m, n, k, dtype, spec, tf32=tf32), 2.0 * m * n * k)
+
+    def steps(step: list[KernelCost]) -> list[KernelCost]:
+        if not persistent:
+            return step * seq
+        floors = sum(spec.gemm_floor_ns if k.family == "gemm" else spec.elementwise_floor_ns for k in step)
+        work = seq * (sum(k.dur_ns for k in step) - floors)
+        return [KernelCost("gemm", spec.gemm_floor_ns + work, seq * sum(k.flops for k in step),
+                           seq * sum(k.bytes for k in step))]
 
     kernels: list[KernelCost] = []
     for layer in range(max(layers, 1)):
@@ -569,15 +610,9 @@ def rnn_kernels(mode: int, seq: int, batch: int, input_size: int, hidden: int, p
         for _ in range(max(dirs, 1)):
             if not backward:
                 kernels.append(mm(seq * batch, g, width))
-                for _ in range(seq):
-                    kernels.append(mm(batch, g, rec_w))
-                    if proj:
-                        kernels.append(mm(batch, proj, hidden))
-                    kernels.append(cell)
+                kernels.extend(steps([mm(batch, g, rec_w)] + ([mm(batch, proj, hidden)] if proj else []) + [cell]))
             else:
-                for _ in range(seq):
-                    kernels.append(cell)
-                    kernels.append(mm(batch, rec_w, g))
+                kernels.extend(steps([cell, mm(batch, rec_w, g)]))
                 kernels.append(mm(seq * batch, width, g))
                 if weight_grad:
                     kernels.append(mm(g, width, seq * batch))
