@@ -10,6 +10,7 @@ concept:
   or ``measured`` (wall time on this machine);
 * :mod:`.function_mode` -- the ``TorchFunctionMode`` layer (``cuda`` -> ``meta``, ``is_cuda``,
   pinning, ``autocast("cuda")``, the SDPA kernel choice);
+* :mod:`.cudnn_rnn` -- ``nn.LSTM``/``GRU``/``RNN`` through ``_cudnn_rnn``, as CUDA runs them;
 * :mod:`.costmodel` -- the per-operator H100 cost model (GPU kernels, copies, named host costs;
   does not import torch);
 * :mod:`.dispatch` -- the ``TorchDispatchMode`` layer: ATen operators -> kernels priced by

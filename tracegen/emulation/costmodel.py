@@ -318,6 +318,7 @@ _OTHER_OPS = {"embedding", "embedding_dense_backward", "index_select", "gather",
               "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
               "upsample_nearest2d", "upsample_bilinear2d", "grid_sampler_2d", "take", "put_", "randperm",
               "embedding_bag", "_embedding_bag"}
+_RNN_OPS = {"_cudnn_rnn", "_cudnn_rnn_backward"}  # priced by rnn_kernels (family: gemm, their larger part)
 _COPY_OPS = {"to", "_to_copy", "copy_", "clone", "contiguous", "type_as", "reshape", "flatten"}
 _GATHER_OPS = {"embedding", "index_select", "gather", "index", "take", "embedding_bag", "_embedding_bag"}
 _MULTI_KERNEL = {  # kernels launched per call (beyond one), from the CUDA implementations
@@ -339,7 +340,7 @@ _MULTI_KERNEL = {  # kernels launched per call (beyond one), from the CUDA imple
 def op_family(op: str) -> str:
     """Family of an ATen operator name ('aten::mm', 'mm' or 'aten.mm.default')."""
     base = _base(op)
-    if base in _GEMM_OPS or base in _CONV_OPS:
+    if base in _GEMM_OPS or base in _CONV_OPS or base in _RNN_OPS:
         return "gemm"
     if base in _ATTN_OPS:
         return "attention"
@@ -464,6 +465,14 @@ def price_op(op: str, ins: Sequence[TensorInfo | None], outs: Sequence[TensorInf
     t_in = [x for x in ins if x is not None]
     if base.startswith("_foreach_") or base in ("_fused_adam_", "_fused_adamw_", "_fused_sgd_"):
         return _price_foreach(base, args.get("tensor_lists") or [t_in], spec)
+    if base in _RNN_OPS and t_in and len(t_in[0].shape) == 3 and "hidden_size" in args:
+        x = t_in[0]
+        t, b = (x.shape[1], x.shape[0]) if args.get("batch_first") else (x.shape[0], x.shape[1])
+        mask = args.get("output_mask") or [True, True, True, True]
+        return rnn_kernels(int(args.get("mode", 2)), t, b, x.shape[2], int(args["hidden_size"]),
+                           int(args.get("proj_size") or 0), int(args.get("num_layers", 1)),
+                           2 if args.get("bidirectional") else 1, x.dtype, spec, backward=base == "_cudnn_rnn_backward",
+                           weight_grad=bool(mask[3]) if len(mask) > 3 else True, tf32=cudnn_tf32)
     if fam == "gemm" and base in _GEMM_OPS:
         dims = _mm_dims(base, ins, outs)
         if dims is None:
@@ -525,6 +534,92 @@ def price_op(op: str, ins: Sequence[TensorInfo | None], outs: Sequence[TensorInf
         return [total]
     per = max(1, total.dur_ns // nk)
     return [KernelCost(fam, per, total.flops / nk, total.bytes / nk) for _ in range(nk)]
+
+
+_RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # cudnnRNNMode_t: RNN_RELU, RNN_TANH, LSTM, GRU
+RNN_STANDARD, RNN_PERSISTENT = "standard", "persistent"
+
+
+def rnn_algo(mode: int, batch: int, input_size: int, hidden: int, proj: int, layers: int, dirs: int, dtype: str,
+             spec: GpuSpec, *, forward: bool = True) -> str:
+    """The cuDNN RNN algorithm PyTorch's ``get_algo`` (aten/src/ATen/native/cudnn/RNN.cpp) picks
+    for dense input on a GPU of compute capability >= 8 with >= 98 SMs (both H100 models):
+    standard with a projection; persistent (``PERSIST_STATIC_SMALL_H``) for non-fp64 when hidden
+    <= 192 (LSTM/GRU forward), <= 128 (LSTM/GRU backward), <= 384 / <= 256 (plain RNNs); the
+    persistent ``PERSIST_STATIC`` for fp16 with one unidirectional layer, hidden <= 1024, hidden
+    and input multiples of 128, batch a multiple of 8 up to 128 (not GRU; plain RNNs also not
+    with batch >= 96 and hidden >= 896); standard otherwise."""
+    if proj:
+        return RNN_STANDARD
+    plain = mode in (0, 1)
+    if dtype != "float64":
+        limit = (384 if forward else 256) if plain else (192 if forward else 128)
+        if hidden <= limit:
+            return RNN_PERSISTENT
+    if dtype == "float16" and spec.sms >= 98:
+        common = layers == 1 and dirs == 1 and hidden <= 1024 and hidden % 128 == 0 and input_size % 128 == 0
+        if common and mode != 3 and batch % 8 == 0 and batch <= 128 and (not plain or batch < 96 or hidden < 896):
+            return RNN_PERSISTENT
+    return RNN_STANDARD
+
+
+def rnn_kernels(mode: int, seq: int, batch: int, input_size: int, hidden: int, proj: int, layers: int, dirs: int,
+                dtype: str, spec: GpuSpec, *, backward: bool = False, weight_grad: bool = True,
+                tf32: bool = True) -> list[KernelCost]:
+    """The kernels of one cuDNN RNN call (``_cudnn_rnn`` or its backward), as a model of cuDNN's
+    algorithms (:func:`rnn_algo`). Per layer and direction:
+
+    * standard, forward: one GEMM for the input projection of all ``seq`` steps (M = seq x batch,
+      N = gates x hidden, K = layer input width), then per step one recurrent GEMM (M = batch,
+      N = gates x hidden, K = hidden or ``proj``; plus the projection GEMM of an LSTM with
+      ``proj``) and one pointwise cell kernel (gate pre-activations of both GEMMs read, cell state
+      read and written, hidden state written, both biases read);
+    * standard, backward: per step the cell kernel and the recurrent data-gradient GEMM, then one
+      input data-gradient GEMM over all steps, and when ``weight_grad`` two weight-gradient GEMMs
+      (K = seq x batch) and a bias reduction;
+    * persistent: the per-step GEMMs and cell kernels become one kernel that runs every step
+      (assumption: its time is the sum of their rooflines without the per-kernel floors, plus one
+      ``gemm_floor_ns``); the input-projection / data- and weight-gradient GEMMs stay.
+
+    Layers and directions run one after the other (cuDNN overlaps them on internal streams; not
+    modelled)."""
+    gates = _RNN_GATES.get(mode, 4)
+    g = gates * hidden
+    rec_w = proj or hidden
+    isz = _ITEMSIZE.get(dtype, 4)
+    cell_bytes = (2 * g + (2 if mode == 2 else 0) * hidden + hidden) * batch * isz + 2 * g * isz
+    cell = KernelCost("elementwise", memory_ns(cell_bytes, spec.elementwise_efficiency, spec.elementwise_floor_ns,
+                                               spec), 0.0, cell_bytes)
+    persistent = rnn_algo(mode, batch, input_size, hidden, proj, layers, dirs, dtype, spec,
+                          forward=not backward) == RNN_PERSISTENT
+
+    def mm(m, n, k):
+        return KernelCost("gemm", gemm_ns(m, n, k, dtype, spec, tf32=tf32), 2.0 * m * n * k)
+
+    def steps(step: list[KernelCost]) -> list[KernelCost]:
+        if not persistent:
+            return step * seq
+        floors = sum(spec.gemm_floor_ns if k.family == "gemm" else spec.elementwise_floor_ns for k in step)
+        work = seq * (sum(k.dur_ns for k in step) - floors)
+        return [KernelCost("gemm", spec.gemm_floor_ns + work, seq * sum(k.flops for k in step),
+                           seq * sum(k.bytes for k in step))]
+
+    kernels: list[KernelCost] = []
+    for layer in range(max(layers, 1)):
+        width = input_size if layer == 0 else rec_w * dirs
+        for _ in range(max(dirs, 1)):
+            if not backward:
+                kernels.append(mm(seq * batch, g, width))
+                kernels.extend(steps([mm(batch, g, rec_w)] + ([mm(batch, proj, hidden)] if proj else []) + [cell]))
+            else:
+                kernels.extend(steps([cell, mm(batch, rec_w, g)]))
+                kernels.append(mm(seq * batch, width, g))
+                if weight_grad:
+                    kernels.append(mm(g, width, seq * batch))
+                    kernels.append(mm(g, rec_w, seq * batch))
+                    kernels.append(_memory_kernel("reduction", [TensorInfo((seq * batch, g), dtype)], [],
+                                                  spec.reduction_efficiency, spec.reduction_floor_ns, spec))
+    return kernels
 
 
 def _bytes(ins: Sequence[TensorInfo], outs: Sequence[TensorInfo]) -> float:

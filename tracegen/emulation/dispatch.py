@@ -41,6 +41,9 @@ _NO_KERNEL = {
     aten.sym_storage_offset.default, aten.set_.source_Tensor, aten.set_.default,
 }
 _DATA_DEPENDENT = {aten.nonzero.default, aten.masked_select.default}
+# views whose schema carries no alias annotation (autograd does not track them as views); free on CUDA
+_UNSAFE_VIEWS = {aten._unsafe_view.default, aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default,
+                 aten.unsafe_chunk.default}
 
 
 class DispatchMode(TorchDispatchMode):
@@ -122,7 +125,7 @@ class DispatchMode(TorchDispatchMode):
         if v is None:
             rets = func._schema.returns
             v = bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)
-            v = v or func.is_view
+            v = v or func.is_view or func in _UNSAFE_VIEWS
             self._views[func] = v
         return v
 
@@ -143,7 +146,8 @@ class DispatchMode(TorchDispatchMode):
         flat_out, _ = tree_flatten(out)
         outs = [tensor_info(o) for o in flat_out if isinstance(o, torch.Tensor)]
         named = self._named_args(func, args, kwargs)
-        extra = {k: named[k] for k in ("is_causal", "groups", "output_mask") if k in named}
+        extra = {k: named[k] for k in ("is_causal", "groups", "output_mask", "mode", "hidden_size", "proj_size",
+                                           "num_layers", "bidirectional", "batch_first") if k in named}
         if name.startswith("aten::_foreach_") or name.startswith("aten::_fused_"):
             extra["tensor_lists"] = [[tensor_info(t) for t in a] for a in args
                                      if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]

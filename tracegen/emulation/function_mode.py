@@ -1,6 +1,9 @@
 """The ``TorchFunctionMode`` layer: ``device="cuda"`` arguments become ``meta``; emulated tensors
 report ``device == cuda:0`` and ``is_cuda``; ``pin_memory=True`` factories; ``autocast("cuda")``
-(ATen's autocast does not act on meta tensors); the SDPA kernel choice CUDA would make."""
+(ATen's autocast does not act on meta tensors); the kernel choices CUDA makes where the meta
+device would take another path: the SDPA backend (grouped-query attention included), the fused
+dropout kernel, cuDNN RNNs, and ``nn.MultiheadAttention``'s inner calls (docs/capture.md, "Kernels
+CUDA chooses")."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
+from tracegen.emulation import cudnn_rnn
 from tracegen.emulation.tensors import META, is_cuda_device, map_device, mark_pinned
 
 if TYPE_CHECKING:
@@ -44,16 +48,26 @@ _AUTOCAST_FP32 = {
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 _SDP_FLASH, _SDP_EFFICIENT, _SDP_MATH = 1, 2, 0
+# Python-level composites whose inner calls (linear, SDPA, dropout) must meet this mode, as they
+# meet autocast and the SDPA dispatcher on CUDA (the mode would otherwise be off inside them)
+_REDISPATCH = {torch.nn.functional.multi_head_attention_forward}
+_F_DROPOUT = torch.nn.functional.dropout
+_RNNS = {torch.lstm: "lstm", torch.gru: "gru", torch.rnn_tanh: "rnn_tanh", torch.rnn_relu: "rnn_relu"}
 
 
-def _sdp_choice(q, k, mask) -> int:
+def _sdp_choice(q, k, mask, enable_gqa: bool = False) -> int:
     """The SDPA backend PyTorch picks on an H100 (flash for fp16/bf16 without a mask, else
-    memory-efficient), honouring torch.backends.cuda.*_sdp_enabled()."""
+    memory-efficient), honouring torch.backends.cuda.*_sdp_enabled(). Grouped-query attention
+    (``enable_gqa``, fewer key/value heads dividing the query heads) is admitted by the flash
+    constraints of ATen's sdp_utils.cpp (``backend_supports_grouped_query_attention``); the
+    memory-efficient one is taken with equal head counts only."""
     b = torch.backends.cuda
     half = q.dtype in (torch.float16, torch.bfloat16)
-    same_heads = q.shape[1] == k.shape[1]
+    hq, hk = q.shape[1], k.shape[1]
+    same_heads = hq == hk
+    gqa_ok = same_heads or (enable_gqa and hk > 0 and hq % hk == 0)
     hd = q.shape[-1]
-    if b.flash_sdp_enabled() and half and mask is None and hd % 8 == 0 and hd <= 256 and same_heads:
+    if b.flash_sdp_enabled() and half and mask is None and hd % 8 == 0 and hd <= 256 and gqa_ok:
         return _SDP_FLASH
     if b.mem_efficient_sdp_enabled() and same_heads and hd % 8 == 0:
         return _SDP_EFFICIENT
@@ -76,11 +90,11 @@ class FunctionMode(TorchFunctionMode):
             return True if args[0].is_meta else func(*args)
         rec.enter()
         try:
-            return self._handle(func, args, kwargs)
+            return self._handle(func, types_, args, kwargs)
         finally:
             rec.leave()
 
-    def _handle(self, func, args, kwargs):
+    def _handle(self, func, types_, args, kwargs):
         rec = self.rec
         if func is torch.Tensor.record_stream:
             return None
@@ -115,7 +129,33 @@ class FunctionMode(TorchFunctionMode):
                 return rec.counted(func, *args, **kwargs)
         if func is _SDPA:
             return self._sdpa(args, kwargs)
+        if func in _REDISPATCH:
+            with self:  # the composite's own calls come back through this mode
+                return rec.counted(torch.overrides.redispatch_function, func, types_, args, kwargs)
+        if func is _F_DROPOUT or func is torch.dropout:
+            return self._dropout(func, args, kwargs)
+        if func in _RNNS:
+            out = cudnn_rnn.call(self.rec, _RNNS[func], args, kwargs)
+            if out is not None:
+                return out
         return rec.counted(func, *args, **kwargs)
+
+    def _dropout(self, func, args, kwargs):
+        """Out-of-place dropout in training on CUDA is ATen's fused ``native_dropout`` (one kernel
+        writing the output and the mask; its backward is one ``native_dropout_backward`` kernel),
+        taken when 0 < p < 1 and the input is not empty (``is_fused_kernel_acceptable`` in
+        Dropout.cpp). The meta device takes the unfused bernoulli_/div_/mul path instead. In-place
+        dropout is unfused on CUDA too and is left as is."""
+        names = ["input", "p", "training", "inplace"] if func is _F_DROPOUT else ["input", "p", "train"]
+        d = dict(zip(names, args))
+        d.update(kwargs)
+        x = d.get("input")
+        p = d.get("p", 0.5)
+        train = d.get("training", d.get("train", True))
+        if (isinstance(x, torch.Tensor) and x.is_meta and train and not d.get("inplace", False)
+                and isinstance(p, (int, float)) and 0.0 < p < 1.0 and x.numel() > 0):
+            return self.rec.counted(torch.native_dropout, x, float(p), True)[0]
+        return self.rec.counted(func, *args, **kwargs)
 
     def _sdpa(self, args, kwargs):
         """scaled_dot_product_attention on emulated tensors: pick the fused kernel CUDA would pick
@@ -127,7 +167,7 @@ class FunctionMode(TorchFunctionMode):
         mask = d.get("attn_mask")
         if not (isinstance(q, torch.Tensor) and q.is_meta and q.dim() == 4 and k.dim() == 4):
             return self.rec.counted(_SDPA, *args, **kwargs)
-        choice = _sdp_choice(q, k, mask)
+        choice = _sdp_choice(q, k, mask, bool(d.get("enable_gqa") or False))
         dropout, causal, scale = float(d.get("dropout_p") or 0.0), bool(d.get("is_causal") or False), d.get("scale")
         if choice == _SDP_FLASH:
             out = self.rec.counted(aten._scaled_dot_product_flash_attention, q, k, v, dropout, causal, False,
