@@ -283,7 +283,7 @@ def mutate_parquet(rng: random.Random, data: bytes) -> bytes:
         else:
             try:
                 m = json.loads(meta.get(b"fastrack", b"{}"))
-            except ValueError:
+            except (ValueError, RecursionError):
                 m = {}
             choice = rng.random()
             if choice < 0.25:
@@ -293,7 +293,8 @@ def mutate_parquet(rng: random.Random, data: bytes) -> bytes:
                     m = {}
                 key = rng.choice(["ranks", "world_size", "schema_version", "emulated", "source_files", "tool_versions",
                                   "HF_TOKEN", "trace_name", "device_model"])
-                m[key] = nasty(rng) if not isinstance(nasty(rng), _Deep) else 1
+                value = nasty(rng)
+                m[key] = 1 if isinstance(value, _Deep) else value
                 meta[b"fastrack"] = dumps(m).encode()
     table = table.replace_schema_metadata(meta)
     buf = io.BytesIO()

@@ -107,16 +107,19 @@ def make_table(columns: Mapping[str, Any]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-def validate_table(table: pa.Table, path: str | None = None) -> None:
-    """Check a table against the contract: columns, types, values. Raises SchemaError."""
+def validate_table(table: pa.Table, path: str | None = None, partial: bool = False) -> None:
+    """Check a table against the contract: columns, types, values. Raises SchemaError.
+    ``partial``: the table holds only some columns (a reader asked for them); check those."""
     names = table.schema.names
     missing = [c for c in COLUMNS if c not in names]
-    if missing:
+    if missing and not partial:
         raise SchemaError(
             f"not a Fastrack trace (schema v{SCHEMA_VERSION}): missing column(s) {', '.join(missing)}",
             path=path,
         )
     for name, (typ, nullable, _doc) in COLUMNS.items():
+        if name not in names:
+            continue
         got = table.schema.field(name).type
         if got != typ and not (pa.types.is_dictionary(typ) and got in (pa.string(), pa.large_string())):
             raise SchemaError(f"column '{name}' has type {got}, expected {typ}", path=path)
@@ -125,13 +128,19 @@ def validate_table(table: pa.Table, path: str | None = None) -> None:
     if table.num_rows == 0:
         raise SchemaError("empty trace: no operations", path=path)
     _check_ranges(table, path)
-    ids = table.column("op_id").to_numpy()
-    if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != ids.size:
-        u, c = np.unique(ids, return_counts=True)
-        raise SchemaError(f"field 'op_id' is not unique: op {int(u[c > 1][0])} appears {int(c[c > 1][0])} times", path=path)
-    unknown = sorted(str(k) for k in set(pc_unique(table.column("kind"))) - set(OP_KIND_BY_LABEL))
-    if unknown:
-        raise SchemaError(f"field 'kind' has unknown value(s) {', '.join(unknown)}", path=path)
+    if "op_id" in names:
+        ids = table.column("op_id").to_numpy()
+        if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != ids.size:
+            u, c = np.unique(ids, return_counts=True)
+            raise SchemaError(f"field 'op_id' is not unique: op {int(u[c > 1][0])} appears {int(c[c > 1][0])} times",
+                              path=path)
+    if "kind" in names:
+        unknown = sorted(str(k) for k in set(pc_unique(table.column("kind"))) - set(OP_KIND_BY_LABEL))
+        if unknown:
+            raise SchemaError(f"field 'kind' has {len(unknown)} unknown value(s); expected one of "
+                              f"{', '.join(OP_KIND_BY_LABEL)}", path=path)
+    if "deps" not in names or "dep_kinds" not in names:
+        return
     dk = table.column("dep_kinds").combine_chunks()
     dk_values = dk.values.to_numpy() if len(dk) else np.zeros(0, np.uint8)
     if dk_values.size and int(dk_values.max()) > max(DepKind):
@@ -146,7 +155,10 @@ def _check_ranges(table: pa.Table, path: str | None) -> None:
     op ending inside the span a trace may cover."""
     import pyarrow.compute as pc
 
+    names = table.schema.names
     for name, (lo, hi, why) in VALUE_RANGES.items():
+        if name not in names:
+            continue
         col = table.column(name)
         mm = pc.min_max(col).as_py()
         if mm["min"] is None or (lo <= mm["min"] and mm["max"] <= hi):
@@ -154,6 +166,8 @@ def _check_ranges(table: pa.Table, path: str | None) -> None:
         values = col.to_numpy()
         bad = np.flatnonzero((values < lo) | (values > hi))
         _range_error(table, name, int(bad[0]), int(values[bad[0]]), bad.size, f"outside [{lo}, {hi}]: {why}", path)
+    if "start_ns" not in names or "dur_ns" not in names:
+        return
     end = pc.add_checked(table.column("start_ns"), table.column("dur_ns"))
     if pc.max(end).as_py() > MAX_SPAN_NS:
         values = end.to_numpy()
@@ -163,7 +177,7 @@ def _check_ranges(table: pa.Table, path: str | None) -> None:
 
 
 def _range_error(table, name, row, value, count, what, path, show=True):
-    op = int(table.column("op_id")[row].as_py()) if name != "op_id" else None
+    op = int(table.column("op_id")[row].as_py()) if name != "op_id" and "op_id" in table.schema.names else None
     where = f"field '{name}' of op {op}" if op is not None else f"field '{name}' of row {row}"
     got = f" is {value}," if show else ""
     raise SchemaError(f"{where}{got} {what}; {count} op(s) affected", path=path)
@@ -206,6 +220,8 @@ def _read_schema(path: str) -> pa.Schema:
         return pq.read_schema(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceFormatError(f"not a Parquet file ({str(exc).splitlines()[0]})", path=path) from None
+    except (UnicodeDecodeError, pa.ArrowException):  # a damaged footer (e.g. metadata keys that are not text)
+        raise TraceFormatError("not a Parquet file (damaged footer)", path=path) from None
 
 
 def _decode_metadata(schema: pa.Schema, path: str) -> dict[str, Any]:
@@ -214,8 +230,10 @@ def _decode_metadata(schema: pa.Schema, path: str) -> dict[str, Any]:
         raise SchemaError("not a Fastrack trace: Parquet metadata key 'fastrack' is missing", path=path)
     try:
         meta = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise SchemaError("metadata key 'fastrack' is not valid JSON", path=path) from None
+    if not isinstance(meta, dict):
+        raise SchemaError(f"metadata key 'fastrack' is a JSON {type(meta).__name__}, expected an object", path=path)
     version = meta.get("schema_version")
     if not isinstance(version, int):
         raise SchemaError(f"metadata field 'schema_version' is {version!r}, expected an integer", path=path)
@@ -237,10 +255,7 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> Tra
     meta = _decode_metadata(schema, path)
     try:
         table = pq.read_table(path, columns=columns)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as exc:
         raise TraceFormatError(f"unreadable Parquet data ({str(exc).splitlines()[0]})", path=path) from None
-    if columns is None:
-        validate_table(table, path)
-    elif table.num_rows == 0:
-        raise SchemaError("empty trace: no operations", path=path)
+    validate_table(table, path, partial=columns is not None)
     return Trace(table=table.replace_schema_metadata(None), metadata=meta, path=path)

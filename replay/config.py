@@ -136,6 +136,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not valid TOML: byte {exc.start} is not UTF-8", path=path) from None
     except OSError as exc:
         raise ConfigError(f"cannot read preset: {exc.strerror}", path=path) from None
 
@@ -375,6 +377,8 @@ def _type_name(typ: type) -> str:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, str):  # text from a file is never pasted into messages (it may hold secrets)
+        return f"str of {len(value)} characters"
     text = repr(value)
     if len(text) > 40:  # a long value is shown by its size, not pasted whole
         text = f"of {len(text)} characters" if isinstance(value, str) else f"with {len(text)} digits"

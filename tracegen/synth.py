@@ -43,7 +43,7 @@ from fastrack import __version__
 from fastrack.cli_support import reports_errors
 from fastrack.errors import ConfigError
 from fastrack.outputs import check_output_path
-from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
+from fastrack.schema import MAX_BYTES, CopyDir, DepKind, HostMem, OpKind
 from fastrack.traceio import make_table, write_trace
 
 from fastrack.jit import njit
@@ -113,6 +113,9 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
+MAX_SYNTH_OPS = 10**9  # about 100 GB of trace: beyond what a machine holds, refused before allocating
+
+
 def parse_size(text: str, field: str = "--bytes") -> int:
     """Bytes from '4096', '4KiB', '1MiB', '1GiB', '1e9', '2.5GB' (KB/MB/GB decimal, KiB/MiB/GiB
     binary). Raises ConfigError naming ``field`` for anything else, or for a size that is not a
@@ -126,6 +129,8 @@ def parse_size(text: str, field: str = "--bytes") -> int:
     value = float(m.group(1)) * _UNITS[unit]
     if not math.isfinite(value) or value <= 0 or value != int(value):
         raise ConfigError(f"{field}: '{text}' is not a positive whole number of bytes")
+    if value > MAX_BYTES:
+        raise ConfigError(f"{field}: '{text}' is more than the {MAX_BYTES:,} bytes a trace may hold per op")
     return int(value)
 
 
@@ -544,8 +549,9 @@ def command() -> None:
 
 
 @command.command("random")
-@click.option("--ops", "n_ops", type=click.IntRange(min=1), required=True, help="Total number of ops (exact).")
-@click.option("--seed", type=int, required=True, help="Random seed (same seed, same trace).")
+@click.option("--ops", "n_ops", type=click.IntRange(min=1, max=MAX_SYNTH_OPS), required=True,
+              help="Total number of ops (exact).")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), required=True, help="Random seed (same seed, same trace).")
 @click.option("--ranks", type=click.IntRange(min=1), default=1, show_default=True, help="Ranks (ops split evenly).")
 @click.option("--streams", type=click.IntRange(min=1, max=64), default=4, show_default=True,
               help="GPU streams per rank.")

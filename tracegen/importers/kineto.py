@@ -271,7 +271,7 @@ def _tail_keys(window: bytes) -> dict[str, Any]:
         if rest.startswith(b","):
             try:
                 tail = json.loads(b"{" + rest[1:])
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
             else:
                 if isinstance(tail, dict):
@@ -436,7 +436,8 @@ def _num(values: Iterable, what: str, names, path: str, *, nonneg: bool = False)
             try:
                 float(v)
             except (TypeError, ValueError):
-                raise TraceFormatError(f"event '{names[i]}' has a non-numeric '{what}' ({v!r})", path=path) from None
+                raise TraceFormatError(f"event '{names[i]}' has a non-numeric '{what}' (a {type(v).__name__})",
+                                       path=path) from None
         raise
     bad = ~np.isfinite(arr)
     if bad.any():
@@ -453,7 +454,9 @@ def _num(values: Iterable, what: str, names, path: str, *, nonneg: bool = False)
 
 def _ns(us: np.ndarray, base: float) -> np.ndarray:
     """round(us * 1000) relative to ``base`` us (exact for integer us; float error < 1 ns)."""
-    return np.rint((us - base) * 1000.0).astype(np.int64)
+    ns = np.rint((us - base) * 1000.0)
+    ns[~(np.abs(ns) < 2.0**62)] = -1  # out of any trace's range (the contract refuses it, naming the field)
+    return ns.astype(np.int64)
 
 
 def _ints(values: Iterable, default: int = -1) -> np.ndarray:
