@@ -30,7 +30,6 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
     """Replay ``trace`` under each protocol. Returns {'trace', 'rows': [...]} with slowdowns
     relative to ``none`` (added to the run if missing, as the reference). ``scales``: what-if
     duration factors (:mod:`replay.whatif`), the same for every protocol."""
-    from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
     from replay.whatif import check_scales
 
@@ -46,23 +45,29 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, protocols)
     results = {}
     for p in dict.fromkeys([NONE, *protocols]):
-        results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops,
-                                  scales=scales).result.to_dict()
-    ref = results[NONE]["makespan_ns"]
+        results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops, scales=scales).result
+    return compare_report(trace, {p: results[p] for p in protocols}, results[NONE].makespan_ns)
+
+
+def compare_report(trace: Any, results: Mapping[str, Any], reference_ns: int | None) -> dict[str, Any]:
+    """The report of :func:`compare` from replay results ({protocol: ReplayResult}, in row order)
+    and the ``none`` makespan (the reference of every slowdown); also used by ``fastrack.compare``."""
+    from replay.results import JSON_DIGITS, slowdown
+
+    dicts = {p: r.to_dict() for p, r in results.items()}
     rows = []
-    for p in protocols:
-        r = results[p]
+    for p, r in dicts.items():
         rows.append({
             "protocol": p,
             "makespan_ns": r["makespan_ns"],
-            "slowdown_vs_none": slowdown(r["makespan_ns"], ref, JSON_DIGITS),
+            "slowdown_vs_none": slowdown(r["makespan_ns"], reference_ns, JSON_DIGITS) if reference_ns else None,
             "critical_path_ns": r["critical_path_ns"],
             "nodes": r["nodes"],
         })
-    first = results[protocols[0]]
+    first = next(iter(dicts.values()))
     return {"trace": str(trace), "model": first.get("model"), "preset": first.get("preset"),
-            "params_digest": first.get("params_digest"), "params": first.get("params"), "scales": dict(scales),
-            "rows": rows}
+            "params_digest": first.get("params_digest"), "params": first.get("params"),
+            "scales": dict(first.get("scales") or {}), "rows": rows}
 
 
 def format_table(d: dict[str, Any]) -> str:
