@@ -279,6 +279,8 @@ class Comparison:
 
     trace: str
     results: dict[str, Result]  # protocol -> result, in the order asked for
+    reference: Any = dataclasses.field(default=None, repr=False, compare=False)  # the none replay (ReplayResult)
+    data_parallel: dict[str, Any] | None = None  # {world, bucket_mb} of a data-parallel what-if
 
     def __getitem__(self, protocol: str) -> Result:
         return self.results[protocol]
@@ -300,18 +302,14 @@ class Comparison:
         """The JSON report of ``replay compare --json``."""
         from replay.compare import compare_report
 
-        return compare_report(self.trace, {p: r.details for p, r in self.results.items()},
-                              _reference(self.results))
+        return compare_report(self.trace, {p: r.details for p, r in self.results.items()}, self.reference,
+                              self.data_parallel)
 
     def plot(self, path: str | os.PathLike) -> None:
         """The stacked breakdown chart of ``replay compare --plot`` (PNG, SVG or PDF)."""
         from replay.compare import plot_breakdown
 
         plot_breakdown(self.to_dict(), str(path))
-
-
-def _reference(results: Mapping[str, Result]) -> int | None:
-    return next((r.reference_makespan_ns for r in results.values() if r.reference_makespan_ns is not None), None)
 
 
 def _overrides(params: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, ...]:
@@ -370,7 +368,7 @@ def _results(trace, protocols, model, preset, params, scales, data_parallel, buc
                         reference_makespan_ns=int(ref) if has_ref else None,
                         critical_path_ns=dict(res.critical_path_ns), model=m.get("model"), preset=m.get("preset"),
                         params_digest=m.get("digest"), details=res, graph=rep.graph, schedule=rep.schedule)
-    return label, out
+    return label, out, (reps[NONE].result if NONE in reps else None)
 
 
 def replay(trace: TraceLike, protocol: str = "fastrack", *, model: str | None = None, preset: str | None = None,
@@ -381,7 +379,7 @@ def replay(trace: TraceLike, protocol: str = "fastrack", *, model: str | None = 
     ``scales`` is the what-if ``{kind: factor}`` of ``--scale``, ``data_parallel`` the DDP world
     size of ``--data-parallel``. With ``reference`` (default) the trace is also replayed under
     ``none`` so that :attr:`Result.slowdown` is set."""
-    _, results = _results(trace, [protocol], model, preset, params, scales, data_parallel, bucket_mb, reference)
+    _, results, _ = _results(trace, [protocol], model, preset, params, scales, data_parallel, bucket_mb, reference)
     return results[protocol.strip()]
 
 
@@ -392,8 +390,12 @@ def compare(trace: TraceLike, protocols: Sequence[str] | str = ("none", "baselin
     """Replay ``trace`` under each protocol (graph built once; ``none`` replayed as the reference)."""
     if isinstance(protocols, str):
         protocols = protocols.split(",")
-    label, results = _results(trace, protocols, model, preset, params, scales, data_parallel, bucket_mb, True)
-    return Comparison(trace=label, results=results)
+    from replay.dataparallel import DEFAULT_BUCKET_MB
+
+    label, results, ref = _results(trace, protocols, model, preset, params, scales, data_parallel, bucket_mb, True)
+    dp = None if data_parallel is None else {"world": data_parallel,
+                                             "bucket_mb": DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb}
+    return Comparison(trace=label, results=results, reference=ref, data_parallel=dp)
 
 
 # ----------------------------------------------------------------------------- studies

@@ -61,7 +61,18 @@ def axis_label(column: str) -> str:
     if "." in column:
         names = column.split("+")  # a tied axis: a+b set to the same value
         unit = unit_of(names[0], _field_meta(names[0]))
-        text = " = ".join(f"{n.split('.', 1)[0]}: {_strip_unit(n.split('.', 1)[1]).replace('_', ' ')}" for n in names)
+        sections = [n.split(".", 1)[0] for n in names]
+        keys = [_strip_unit(n.split(".", 1)[1]).replace("_", " ") for n in names]
+        if len(set(sections)) == 1:
+            words = [k.split() for k in keys]  # "d2h bandwidth", "h2d bandwidth" -> "d2h = h2d bandwidth"
+            n = 0
+            while n < min(map(len, words)) - 1 and len({tuple(w[len(w) - n - 1:]) for w in words}) == 1:
+                n += 1
+            tail = " ".join(words[0][len(words[0]) - n:]) if n else ""
+            heads = [" ".join(w[: len(w) - n]) for w in words]
+            text = f"{sections[0].replace('_', ' ')}: {' = '.join(heads)}" + (f" {tail}" if tail else "")
+        else:
+            text = " = ".join(f"{sec.replace('_', ' ')}: {k}" for sec, k in zip(sections, keys))
         return f"{text} ({unit})" if unit else text
     return column
 

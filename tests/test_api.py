@@ -130,8 +130,10 @@ def test_params_table_has_units_and_sources():
     ("makespan_ns", "makespan (ms)"),
     ("cp_cpu_crypto_ns", "critical path: cpu crypto (ms)"),
     ("scale.kernel", "kernel duration factor (x)"),
-    ("pcie.h2d_bandwidth_gb_s+pcie.d2h_bandwidth_gb_s", "pcie: h2d bandwidth = pcie: d2h bandwidth (GB/s)"),
+    ("pcie.h2d_bandwidth_gb_s+pcie.d2h_bandwidth_gb_s", "pcie: h2d = d2h bandwidth (GB/s)"),
+    ("cpu_crypto.core_gb_s", "cpu crypto: core (GB/s)"),
     ("gpu.sms", "gpu: sms (count)"),
+    ("pcie.latency_ns+cpu_crypto.call_overhead_ns", "pcie: latency = cpu crypto: call overhead (ns)"),
     ("protocol", "protocol"),
 ])
 def test_axis_labels(column, label):
