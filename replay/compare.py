@@ -16,7 +16,7 @@ from fastrack.errors import ConfigError
 from replay.dataparallel import DEFAULT_BUCKET_MB
 from replay.graph import Category
 from replay.names import NONE
-from replay.options import data_parallel_options, json_option, model_options, scale_option
+from replay.options import complete_protocols, data_parallel_options, json_option, model_options, scale_option
 from replay.plugins import DEFAULT_MODEL
 from replay.report import fmt_ns
 
@@ -147,7 +147,8 @@ def plot_breakdown(d: dict[str, Any], path: str) -> None:
 
 @click.command("compare")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--protocols", default=DEFAULT_PROTOCOLS, show_default=True, help="Comma-separated protocol names.")
+@click.option("--protocols", default=DEFAULT_PROTOCOLS, show_default=True, shell_complete=complete_protocols,
+              help="Comma-separated protocol names (replay list protocols).")
 @model_options
 @json_option
 @click.option("--plot", type=click.Path(dir_okay=False),

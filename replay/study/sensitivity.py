@@ -20,10 +20,10 @@ from typing import Any, Sequence
 import click
 
 from fastrack.atomic import atomic_path
-from fastrack.cli_support import reports_errors
+from fastrack.cli_support import progress_default, reports_errors
 from fastrack.errors import ConfigError
 from replay.names import CAPTURED
-from replay.options import executor_options, model_options
+from replay.options import complete_protocols, executor_options, json_option, model_options
 from replay.plugins import DEFAULT_MODEL
 from replay.study.executors import batches, execute, open_executor
 from replay.study.points import ModelResolver, check_protocols, file_sha256, make_point
@@ -237,15 +237,18 @@ def _factors(text: str) -> list[float]:
 
 @click.command("sensitivity")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--protocol", required=True, help="Protocol to study (e.g. baseline, fastrack).")
+@click.option("--protocol", required=True, shell_complete=complete_protocols,
+              help="Protocol to study (e.g. baseline, fastrack; replay list protocols).")
 @model_options
 @click.option("--factors", default=DEFAULT_FACTORS, show_default=True, help="Multiplicative perturbations.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the table (.parquet).")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a tornado chart (.png, .svg, .pdf).")
-@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Parameters shown.")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Parameters shown in the printed table and the chart (the -o table and --json have all).")
 @executor_options
+@json_option
 @reports_errors
-def command(trace, protocol, model, preset, overrides, factors, output, plot, top, executor, jobs, progress):
+def command(trace, protocol, model, preset, overrides, factors, output, plot, top, executor, jobs, progress, as_json):
     """Rank model parameters by their effect on TRACE's makespan under PROTOCOL (one at a time)."""
     for o in overrides:
         if "=" not in o or "," in o.partition("=")[2]:
@@ -254,12 +257,26 @@ def command(trace, protocol, model, preset, overrides, factors, output, plot, to
         from replay.figures import check_format
 
         check_format(plot, "--plot")  # before the replays
-    df = sensitivity(trace, protocol, model, preset, overrides, _factors(factors), executor, jobs, progress)
+    df = sensitivity(trace, protocol, model, preset, overrides, _factors(factors), executor, jobs,
+                     progress_default(progress))
     if output:
         write_table(df, output)
     if plot:
         plot_tornado(df, plot, top)
-    click.echo(format_table(df, top))
+    if as_json:
+        click.echo(json_report(df))
+    else:
+        click.echo(format_table(df, top))
+    if plot:
+        click.echo(f"wrote {plot} ({min(top, df['parameter'].nunique())} parameters)", err=as_json)
 
 
-__all__ = ["sensitivity", "format_table", "plot_tornado", "write_table"]
+def json_report(df) -> str:
+    """The study facts and every row (NaN and missing makespans as null), as one JSON object."""
+    import json
+
+    rows = json.loads(df.to_json(orient="records"))  # pandas writes NaN and <NA> as null
+    return json.dumps({**{k: v for k, v in df.attrs.items()}, "rows": rows}, sort_keys=True)
+
+
+__all__ = ["sensitivity", "format_table", "json_report", "plot_tornado", "write_table"]
