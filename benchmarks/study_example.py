@@ -58,7 +58,7 @@ def main() -> None:
     _invoke(replay_main, ["sweep", *traces, "--study", str(STUDY), "-o", str(OUT), "--overwrite",
                           "--executor", args.executor])
     _invoke(replay_main, ["plot", str(OUT), "--x", CRYPTO, "--y", "slowdown", "--hue", "protocol",
-                          "--facet", "trace", "--title", "slowdown vs no TEE (h100-sxm); line style: PCIe GB/s", "-o", str(FIG)])
+                          "--facet", "trace", "--title", "slowdown vs no TEE (h100-sxm)", "-o", str(FIG)])
     df = pd.read_parquet(OUT)
     df["trace"] = df["trace"].map(lambda t: Path(t).name)
     tab = df.pivot_table(index=["trace", PCIE, CRYPTO], columns="protocol", values="slowdown").reset_index()

@@ -11,10 +11,10 @@ import json
 import click
 
 from fastrack import __version__
-from fastrack.cli_support import LazyGroup, fail, reports_errors
+from fastrack.cli_support import VERBOSITY_FLAGS, LazyGroup, fail, reports_errors, verbosity_options
 from fastrack.errors import FastrackError
 from replay.names import CAPTURED, NONE
-from replay.options import data_parallel_options, json_option, model_options, scale_option
+from replay.options import complete_protocols, data_parallel_options, json_option, model_options, scale_option
 from replay.report import format_summary
 
 COMMANDS = {
@@ -22,6 +22,7 @@ COMMANDS = {
     "sweep": "replay.study.sweep:command",
     "sensitivity": "replay.study.sensitivity:command",
     "plot": "replay.study.plot:command",
+    "list": "replay.listing:command",
 }
 
 
@@ -48,13 +49,18 @@ class DefaultRunGroup(LazyGroup):
         return cmd
 
     def parse_args(self, ctx, args):
-        if args and args[0] not in self.list_commands(ctx) and args[0] not in ("-h", "--help", "--version"):
-            args = ["run", *args]
+        lead = 0  # -q/-v belong to the group: look past them for the sub-command
+        while lead < len(args) and args[lead] in VERBOSITY_FLAGS:
+            lead += 1
+        rest = args[lead:]
+        if rest and rest[0] not in self.list_commands(ctx) and rest[0] not in ("-h", "--help", "--version"):
+            args = [*args[:lead], "run", *rest]
         return super().parse_args(ctx, args)
 
 
 @click.group(cls=DefaultRunGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="replay")
+@verbosity_options
 def main() -> None:
     """Replay Fastrack traces through a hardware model under a protocol.
 
@@ -62,12 +68,16 @@ def main() -> None:
     replay --protocol captured TRACE     fidelity check: measured durations
     replay --protocol fastrack TRACE     H100 TEE model, Fastrack protocol
     replay compare TRACE --protocols none,baseline,fastrack
+    replay list protocols|presets|params
+
+    Shell completion (commands, options, protocol and preset names), bash:
+    eval "$(_REPLAY_COMPLETE=bash_source replay)"; zsh: zsh_source; fish: fish_source.
     """
 
 
 @main.command("run")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--protocol", default=CAPTURED, show_default=True,
+@click.option("--protocol", default=CAPTURED, show_default=True, shell_complete=complete_protocols,
               help=f"{CAPTURED} (measured durations), or a protocol plug-in: {NONE}, baseline, fastrack, ...")
 @model_options
 @json_option

@@ -11,13 +11,12 @@ from typing import Any, Mapping, Sequence
 
 import click
 
-from fastrack.atomic import atomic_path
 from fastrack.cli_support import reports_errors
 from fastrack.errors import ConfigError
 from replay.dataparallel import DEFAULT_BUCKET_MB
 from replay.graph import Category
 from replay.names import NONE
-from replay.options import data_parallel_options, json_option, model_options, scale_option
+from replay.options import complete_protocols, data_parallel_options, json_option, model_options, scale_option
 from replay.plugins import DEFAULT_MODEL
 from replay.report import fmt_ns
 
@@ -30,7 +29,6 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
     """Replay ``trace`` under each protocol. Returns {'trace', 'rows': [...]} with slowdowns
     relative to ``none`` (added to the run if missing, as the reference). ``scales``: what-if
     duration factors (:mod:`replay.whatif`), the same for every protocol."""
-    from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
     from replay.whatif import check_scales
 
@@ -46,23 +44,38 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, protocols)
     results = {}
     for p in dict.fromkeys([NONE, *protocols]):
-        results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops,
-                                  scales=scales).result.to_dict()
-    ref = results[NONE]["makespan_ns"]
+        results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops, scales=scales).result
+    dp = {"world": data_parallel, "bucket_mb": bucket_mb} if data_parallel is not None else None
+    return compare_report(trace, {p: results[p] for p in protocols}, results[NONE], dp)
+
+
+def compare_report(trace: Any, results: Mapping[str, Any], reference: Any,
+                   data_parallel: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The report of :func:`compare` from replay results ({protocol: ReplayResult}, in row order)
+    and the ``none`` replay (``reference``: the reference of every slowdown, also drawn as the first
+    bar of the chart); also used by ``fastrack.compare``. ``data_parallel``: {world, bucket_mb} of a
+    data-parallel what-if."""
+    from replay.results import JSON_DIGITS, slowdown
+
+    reference_ns = reference.makespan_ns if reference is not None else None
+    dicts = {p: r.to_dict() for p, r in results.items()}
     rows = []
-    for p in protocols:
-        r = results[p]
+    for p, r in dicts.items():
         rows.append({
             "protocol": p,
             "makespan_ns": r["makespan_ns"],
-            "slowdown_vs_none": slowdown(r["makespan_ns"], ref, JSON_DIGITS),
+            "slowdown_vs_none": slowdown(r["makespan_ns"], reference_ns, JSON_DIGITS) if reference_ns else None,
             "critical_path_ns": r["critical_path_ns"],
             "nodes": r["nodes"],
         })
-    first = results[protocols[0]]
+    first = next(iter(dicts.values()))
     return {"trace": str(trace), "model": first.get("model"), "preset": first.get("preset"),
-            "params_digest": first.get("params_digest"), "params": first.get("params"), "scales": dict(scales),
-            "rows": rows}
+            "params_digest": first.get("params_digest"), "params": first.get("params"),
+            "scales": dict(first.get("scales") or {}), "rows": rows,
+            "reference": None if reference is None else {
+                "protocol": NONE, "makespan_ns": reference.makespan_ns,
+                "critical_path_ns": dict(reference.critical_path_ns)},
+            "data_parallel": dict(data_parallel) if data_parallel else None}
 
 
 def format_table(d: dict[str, Any]) -> str:
@@ -81,39 +94,65 @@ def format_table(d: dict[str, Any]) -> str:
 
 
 def plot_breakdown(d: dict[str, Any], path: str) -> None:
-    """Stacked bars: critical-path time per category, one bar per protocol."""
-    import matplotlib
+    """Stacked bars, one per protocol (the ``none`` reference first, even when not asked for):
+    critical-path time per category in ms, the makespan and the slowdown written above each bar,
+    large segments labelled, the legend in stack order (top segment first)."""
+    from replay.figures import COLUMN_IN, GREY, check_format, colours, paper_style, save, text_colour
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cats = [c.label for c in Category if any(r["critical_path_ns"].get(c.label) for r in d["rows"])]
-    names = [r["protocol"] for r in d["rows"]]
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(names) + 2), 4))
-    bottom = [0.0] * len(names)
-    for c in cats:
-        vals = [r["critical_path_ns"].get(c, 0) / 1e6 for r in d["rows"]]
-        ax.bar(names, vals, bottom=bottom, label=c)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel("critical path (ms)")
-    ax.set_title(f"{d['trace'].rsplit('/', 1)[-1]} - {d.get('preset')}", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    fig.tight_layout()
-    fmt = path.rsplit(".", 1)[-1].lower()
-    if fmt not in ("png", "svg", "pdf"):
-        raise ConfigError(f"--plot {path}: unknown image format '{fmt}' (use .png, .svg or .pdf)")
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=fmt, dpi=120)
-    plt.close(fig)
+    fmt = check_format(path, "--plot")
+    rows = list(d["rows"])
+    ref = d.get("reference")
+    if ref and not any(r["protocol"] == NONE for r in rows):
+        rows.insert(0, {"protocol": NONE, "makespan_ns": ref["makespan_ns"], "slowdown_vs_none": 1.0,
+                        "critical_path_ns": ref["critical_path_ns"]})
+    cats = [c.label for c in Category if any(r["critical_path_ns"].get(c.label) for r in rows)]
+    names = [r["protocol"] for r in rows]
+    totals = [sum(r["critical_path_ns"].get(c, 0) for c in cats) / 1e6 for r in rows]
+    top = max(totals) if totals and max(totals) > 0 else 1.0
+    palette = dict(zip([c.label for c in Category], colours(len(Category) - 1) + [GREY]))
+    with paper_style() as plt:
+        width = max(COLUMN_IN, 0.42 * len(names) + 1.9)
+        fig, ax = plt.subplots(figsize=(width, 2.7))
+        bottom = [0.0] * len(names)
+        handles = []
+        for c in cats:
+            vals = [r["critical_path_ns"].get(c, 0) / 1e6 for r in rows]
+            bars = ax.bar(names, vals, bottom=bottom, width=0.7, color=palette[c], label=c.replace("_", " "),
+                          edgecolor="white", linewidth=0.4)
+            handles.append(bars)
+            for b, v, y0 in zip(bars, vals, bottom):
+                if v >= 0.08 * top:  # label a segment only where the number fits inside it
+                    ax.text(b.get_x() + b.get_width() / 2, y0 + v / 2, f"{v:.3g}", ha="center", va="center",
+                            fontsize=6, color=text_colour(palette[c]))
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        for i, r in enumerate(rows):
+            sd = r.get("slowdown_vs_none")
+            label = f"{totals[i]:.3g}" + (f"\n{sd:.2f}x" if sd else "")
+            ax.text(i, totals[i] + 0.015 * top, label, ha="center", va="bottom", fontsize=6.5)
+        ax.set_ylim(0, top * 1.22)
+        ax.set_ylabel("critical-path time (ms)")
+        dp = d.get("data_parallel")
+        ax.set_xlabel(f"protocol ({dp['world']} GPUs, data-parallel what-if)" if dp else "protocol")
+        ax.grid(axis="x", visible=False)
+        trace = str(d["trace"]).rsplit("/", 1)[-1]
+        gpus = f", {dp['world']} GPUs" if dp else ""
+        ax.set_title(f"{trace} ({d.get('preset')}{gpus}); above bars: makespan (ms), slowdown vs none", fontsize=7)
+        # legend in stack order: the top segment first, as the eye reads the bars
+        ax.legend(handles[::-1], [h.get_label() for h in handles[::-1]], loc="upper left", bbox_to_anchor=(1.01, 1),
+                  handlelength=1.2, title="critical path")
+        if len(names) > 4 or max(len(n) for n in names) > 9:
+            plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
+        save(fig, path, fmt)
 
 
 @click.command("compare")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--protocols", default=DEFAULT_PROTOCOLS, show_default=True, help="Comma-separated protocol names.")
+@click.option("--protocols", default=DEFAULT_PROTOCOLS, show_default=True, shell_complete=complete_protocols,
+              help="Comma-separated protocol names (replay list protocols).")
 @model_options
 @json_option
-@click.option("--plot", type=click.Path(dir_okay=False), help="Write a stacked breakdown chart (PNG/SVG).")
+@click.option("--plot", type=click.Path(dir_okay=False),
+              help="Write a stacked critical-path chart, one bar per protocol and the none reference (.png, .svg, .pdf).")
 @data_parallel_options
 @scale_option
 @reports_errors
@@ -121,7 +160,14 @@ def command(trace, protocols, model, preset, overrides, as_json, plot, data_para
     """Replay TRACE under several protocols and compare makespan, slowdown and breakdown."""
     from replay.whatif import parse_scales
 
+    if plot:
+        from replay.figures import check_format
+
+        check_format(plot, "--plot")  # before the replays
     d = compare(trace, protocols.split(","), model, preset, overrides, data_parallel, bucket_mb, parse_scales(scale))
     if plot:
         plot_breakdown(d, plot)
     click.echo(json.dumps(d, sort_keys=True) if as_json else format_table(d))
+    if plot:
+        click.echo(f"wrote {plot} ({len(d['rows']) + (not any(r['protocol'] == NONE for r in d['rows']))} bars)",
+                   err=as_json)

@@ -12,6 +12,7 @@ written (:func:`fastrack.atomic.atomic_dir`): a failed export leaves DIR as it w
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,7 +25,7 @@ from replay.engine import Schedule
 from replay.exporter import Exporter, ExportJob
 from replay.graph import OpGraph
 from replay.names import CAPTURED
-from replay.options import model_options
+from replay.options import complete_protocols, json_option, model_options
 from replay.plugins import DEFAULT_MODEL
 from replay.results import ReplayResult
 
@@ -77,14 +78,19 @@ def command_for(exporter: Exporter) -> click.Command:
 
     @click.command(f"{COMMAND_PREFIX}{exporter.name}", help=exporter.description)
     @click.argument("trace", type=click.Path(dir_okay=False))
-    @click.option("--protocol", default=CAPTURED, show_default=True, help=protocols)
+    @click.option("--protocol", default=CAPTURED, show_default=True, help=protocols, shell_complete=complete_protocols)
     @model_options
     @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
                   help=f"Directory to write {', '.join(exporter.files)} into (replaced as a whole).")
+    @json_option
     @reports_errors
-    def command(trace, protocol, model, preset, overrides, out_dir):
+    def command(trace, protocol, model, preset, overrides, out_dir, as_json):
         summary = export(exporter, trace, out_dir, protocol=protocol, model=model, preset=preset, overrides=overrides)
-        click.echo(exporter.done_message(out_dir, summary))
+        if as_json:
+            click.echo(json.dumps({"output": str(out_dir), "exporter": exporter.name, **summary}, sort_keys=True,
+                                  default=str))
+        else:
+            click.echo(exporter.done_message(out_dir, summary))
 
     return command
 

@@ -145,6 +145,10 @@ class HardwareModel(abc.ABC):
         return self._preset.name
 
     @property
+    def preset_description(self) -> str:
+        return self._preset.description
+
+    @property
     def preset_path(self) -> str:
         return self._preset.path
 

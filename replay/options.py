@@ -13,6 +13,32 @@ from replay.dataparallel import DEFAULT_BUCKET_MB
 from replay.plugins import DEFAULT_MODEL
 from replay.study.executors import DASK_TIMEOUT_S
 
+def complete_protocols(ctx, param, incomplete: str):
+    """Shell completion of protocol names (``captured`` and the installed plug-ins); in a
+    comma-separated list, of the last name."""
+    from click.shell_completion import CompletionItem
+
+    from replay.names import CAPTURED
+    from replay.plugins import available_protocols
+
+    head, sep, last = incomplete.rpartition(",")
+    return [CompletionItem(head + sep + n) for n in [CAPTURED, *available_protocols()] if n.startswith(last)]
+
+
+def complete_presets(ctx, param, incomplete: str):
+    """Shell completion of the preset names of the chosen ``--model`` (default model otherwise)."""
+    from click.shell_completion import CompletionItem
+
+    from replay.plugins import load_model
+
+    try:
+        names = load_model(ctx.params.get("model") or DEFAULT_MODEL).available_presets()
+    except Exception:  # noqa: BLE001 - completion must never fail the shell
+        return []
+    head, sep, last = incomplete.rpartition(",")
+    return [CompletionItem(head + sep + n) for n in names if n.startswith(last)]
+
+
 MODEL_HELP = ("Hardware model plug-in name; an unknown name lists the installed ones "
               "(entry-point group fastrack.models).")
 PRESET_HELP = "Preset name or TOML file (default: the model's default preset)."
@@ -25,7 +51,8 @@ def model_option(func):
 
 def preset_option(func):
     """``--preset`` -> ``preset``."""
-    return click.option("--preset", default=None, metavar="NAME|FILE", help=PRESET_HELP)(func)
+    return click.option("--preset", default=None, metavar="NAME|FILE", help=PRESET_HELP,
+                        shell_complete=complete_presets)(func)
 
 
 def set_option(func):
@@ -54,7 +81,7 @@ def study_model_option(func):
 
 def study_presets_option(func):
     """``replay sweep``'s ``--preset`` -> ``presets``: several presets, each one axis value."""
-    return click.option("--preset", "presets", multiple=True, metavar="NAME[,NAME...]",
+    return click.option("--preset", "presets", multiple=True, metavar="NAME[,NAME...]", shell_complete=complete_presets,
                         help="Presets to run (names or TOML files; a comma separates several; repeatable; "
                              "default: the model's default preset).")(func)
 

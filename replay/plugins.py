@@ -51,6 +51,11 @@ def available_exporters() -> list[str]:
     return sorted(_entries(EXPORTERS_GROUP))
 
 
+def installed(group: str) -> dict[str, str]:
+    """Name -> ``module:object`` of every installed plug-in of ``group`` (without loading any)."""
+    return {n: ep.value for n, ep in sorted(_entries(group).items())}
+
+
 def _load(group: str, what: str, name: str) -> Any:
     eps = _entries(group)
     if name not in eps:
@@ -118,5 +123,5 @@ def load_exporter(name: str):
     return obj
 
 
-__all__ = ["available_exporters", "available_models", "available_protocols", "load_exporter", "load_model",
+__all__ = ["installed", "available_exporters", "available_models", "available_protocols", "load_exporter", "load_model",
            "load_protocol", "ProtocolAlias", "DEFAULT_MODEL", "EXPORTERS_GROUP", "MODELS_GROUP", "PROTOCOLS_GROUP"]

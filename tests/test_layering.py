@@ -3,7 +3,9 @@
 Every ``import`` statement counts, including the ones inside functions (lazy imports are still
 dependencies). The rules:
 
-* ``fastrack`` (the shared core) imports nothing of ours;
+* ``fastrack`` (the shared core) imports nothing of ours, except its top layer ``fastrack.api``
+  (the Python API, docs/api.md), which may import ``replay`` and ``tracegen`` but no model
+  package; nothing of ours imports ``fastrack.api`` (``fastrack/__init__.py`` loads it lazily);
 * ``tracegen`` and ``replay`` never import each other;
 * ``replay`` never imports a hardware-model package: models arrive through the
   ``fastrack.models`` entry point;
@@ -22,6 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "models"
 OUR_TOP_LEVEL = {"fastrack", "tracegen", "replay"}
+API = "fastrack.api"  # the top layer: the only module of fastrack/ that may import replay and tracegen
 FRONT_ENDS = ("replay.cli", "replay.compare", "replay.run", "replay.study", "replay.options", "tracegen.cli")
 
 
@@ -98,8 +101,28 @@ def test_the_contract_sees_imports():
     assert lazy, "run.py imports replay modules"
 
 
+def _core_sources() -> list[Path]:
+    return [p for p in _sources("fastrack") if _module_name(p) != API]
+
+
 def test_fastrack_core_imports_nothing_of_ours():
-    bad = _violations(_sources("fastrack"), lambda n: _top(n) in (OUR_TOP_LEVEL - {"fastrack"}) | MODEL_PACKAGES)
+    files = _core_sources()
+    assert ROOT / "fastrack" / "api.py" not in files and ROOT / "fastrack" / "schema.py" in files
+    bad = _violations(files, lambda n: _top(n) in (OUR_TOP_LEVEL - {"fastrack"}) | MODEL_PACKAGES)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_api_imports_no_model_package():
+    bad = _violations([ROOT / "fastrack" / "api.py"], lambda n: _top(n) in MODEL_PACKAGES)
+    assert not bad, "\n".join(bad)
+    assert any(_top(n) == "replay" for n in _imports(ROOT / "fastrack" / "api.py"))  # the checker sees it
+
+
+def test_nothing_of_ours_imports_the_api():
+    """Only ``fastrack/__init__.py`` names it (lazily, by string); replay, tracegen, the other core
+    modules and the model plug-ins never import it."""
+    files = _core_sources() + _sources("replay") + _sources("tracegen") + sorted(MODEL_DIR.rglob("*.py"))
+    bad = _violations(files, lambda n: _under(n, (API,)))
     assert not bad, "\n".join(bad)
 
 

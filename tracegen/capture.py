@@ -265,9 +265,11 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
               help="emulation what-if: divide every memcpy duration by F (0.01..100)")
 @click.option("--host-speed", default="1", show_default=True, metavar="F",
               help="emulation what-if: divide every modelled host duration by F (0.01..100)")
+@click.option("--progress/--no-progress", default=None,
+              help="stage progress bar on stderr (default: when stderr is a terminal; never with -q)")
 @reports_errors
 def command(script, script_args, output, overwrite, name, skip_steps, steps, device, emulate, host_time,
-            gpu_speed, copy_speed, host_speed):
+            gpu_speed, copy_speed, host_speed, progress):
     """Run SCRIPT (as `python SCRIPT SCRIPT_ARGS` would) and write its GPU trace.
 
     Put `--` before SCRIPT_ARGS that look like options of this command. An existing output is
@@ -283,10 +285,15 @@ def command(script, script_args, output, overwrite, name, skip_steps, steps, dev
     if os.path.lexists(script):  # a missing script is reported by run_script ("no such script")
         check_input_path(script)
     out = check_output_path(output or f"{Path(script).stem}.parquet", [script], overwrite)
-    table, meta = capture(script, script_args, emulate=emulate, device=device, skip_steps=skip_steps,
-                          steps=steps, name=name, host_time=host_time, gpu_speed=gpu_speed,
-                          copy_speed=copy_speed, host_speed=host_speed)
-    write_trace(out, table, meta)
+    from fastrack.cli_support import stages
+
+    with stages(["run and record", "write"], "capture", progress) as stage:
+        stage("run and record")
+        table, meta = capture(script, script_args, emulate=emulate, device=device, skip_steps=skip_steps,
+                              steps=steps, name=name, host_time=host_time, gpu_speed=gpu_speed,
+                              copy_speed=copy_speed, host_speed=host_speed)
+        stage("write")
+        write_trace(out, table, meta)
     kinds = table.column("kind").to_pylist()
     gpu = sum(k in ("kernel", "memcpy", "memset", "collective") for k in kinds)
     busy = sum(d for d, k in zip(table.column("dur_ns").to_pylist(), kinds) if k in ("kernel", "memcpy", "memset"))

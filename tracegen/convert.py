@@ -10,7 +10,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import click
 
@@ -55,8 +55,10 @@ def detect_format(path: str) -> str:
     raise TraceFormatError("unknown input format: neither Kineto JSON (plain or gzip) nor Nsight SQLite", path=path)
 
 
-def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt: str = "auto") -> ConvertResult:
-    """Import ``inputs`` and write ``output``. Raises FastrackError subclasses on bad input."""
+def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt: str = "auto",
+            stage: Callable[[str], None] | None = None) -> ConvertResult:
+    """Import ``inputs`` and write ``output``. Raises FastrackError subclasses on bad input.
+    ``stage(name)`` is called as each stage starts (read, dependencies, write): progress bars."""
     import pyarrow.compute as pc
 
     from fastrack.traceio import write_trace
@@ -77,9 +79,13 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
             desc = ", ".join(f"{Path(p).name} ({k})" for p, k in kinds.items())
             raise TraceFormatError(f"inputs mix formats: {desc}")
         fmt = next(iter(kinds.values()))
+    stage = stage or (lambda _name: None)
+    stage(f"read {fmt}")
     imp = FORMATS[fmt].read(inputs)
     label = imp.files[0] if len(imp.files) == 1 else inputs[0] if len(inputs) == 1 else None
+    stage("dependencies")
     table = derive_dependencies(imp.raw, path=label)
+    stage("write")
     path = write_trace(output, table, imp.metadata)
     ranks = len(pc.unique(table.column("rank")))
     return ConvertResult(path=path, num_ops=table.num_rows, num_ranks=ranks, num_events=imp.num_events,
@@ -94,8 +100,12 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
     help="Input format; auto detects Kineto JSON (plain/gzip), Nsight SQLite and directories of rank files.",
 )  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists (never an input, a link or a non-file).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option("--progress/--no-progress", default=None,
+              help="Stage progress bar on stderr (default: when stderr is a terminal; never with -q).")
 @reports_errors
-def command(inputs: tuple[str, ...], output: str, fmt: str, overwrite: bool) -> None:
+def command(inputs: tuple[str, ...], output: str, fmt: str, overwrite: bool, as_json: bool,
+            progress: bool | None) -> None:
     """Convert profiler trace(s) INPUT... into one Fastrack Parquet trace.
 
     Several Kineto files (or a directory of them) become one multi-rank trace.
@@ -103,8 +113,17 @@ def command(inputs: tuple[str, ...], output: str, fmt: str, overwrite: bool) -> 
     for p in inputs:
         check_input_path(p, allow_dir=True)
     check_output_path(output, inputs, overwrite)
-    result = convert(list(inputs), output, fmt)
-    click.echo(result.summary())
+    from fastrack.cli_support import stages
+
+    with stages(["read", "dependencies", "write"], "convert", progress) as stage:
+        result = convert(list(inputs), output, fmt, stage=stage)
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"output": str(result.path), "ops": result.num_ops, "ranks": result.num_ranks,
+                               "events": result.num_events, "seconds": round(result.seconds, 3)}, sort_keys=True))
+    else:
+        click.echo(result.summary())
 
 
 __all__ = ["command", "convert", "detect_format", "ConvertResult"]

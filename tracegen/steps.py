@@ -13,9 +13,10 @@ Nothing moves later than recorded.
 
 from __future__ import annotations
 
+import logging
+
 from collections import deque
 
-import click
 import numpy as np
 import pyarrow as pa
 
@@ -49,7 +50,7 @@ def select_steps(table: pa.Table, skip_steps: int = 0, steps: int | None = None,
         raise CaptureError(f"the script ran {len(present)} step(s); --skip-steps {skip_steps} leaves none")
     chosen = present[skip_steps: None if steps is None else skip_steps + steps]
     if steps is not None and len(chosen) < steps:
-        click.echo(f"warning: only {len(chosen)} step(s) after the skipped ones; keeping those", err=True)
+        logging.getLogger(__name__).warning(f"only {len(chosen)} step(s) after the skipped ones; keeping those")
     return _keep(table, np.isin(step, chosen), launch_latency_ns)
 
 

@@ -571,7 +571,8 @@ def random_cmd(n_ops: int, seed: int, ranks: int, streams: int, trace_name: str 
 
 @command.command("memcpy")
 @click.option("--bytes", "size", required=True, help="Bytes per copy: 4096, 4KiB, 1MiB, 1GiB, 1e9, 2GB.")
-@click.option("--direction", type=click.Choice(["h2d", "d2h"], case_sensitive=False), required=True)
+@click.option("--direction", type=click.Choice(["h2d", "d2h"], case_sensitive=False), required=True,
+              help="Copy direction: host to device or device to host.")
 @click.option("--memory", type=click.Choice(["pinned", "pageable"], case_sensitive=False), required=True,
               help="Host memory of the copy.")
 @click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True, help="Number of copies.")

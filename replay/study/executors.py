@@ -105,7 +105,8 @@ def _dask_executor(address: str, timeout: float):
     try:
         from distributed import Client
     except ImportError:
-        raise ConfigError("--executor dask:// needs the 'distributed' package: pip install 'fastrack[dask]'") from None
+        raise ConfigError("--executor dask:// needs the 'distributed' package: pip install 'distributed>=2024.1' "
+                          "(or, in a Fastrack checkout, pip install -e '.[dask]')") from None
     import logging
 
     for name in ("distributed.client", "distributed.comm.core", "distributed.core"):

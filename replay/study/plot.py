@@ -11,11 +11,11 @@ averages points together; ``--facet COL`` puts each value of COL in its own pane
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any, Sequence
 
 import click
 
-from fastrack.atomic import atomic_path
 from fastrack.cli_support import reports_errors
 from fastrack.errors import ConfigError
 
@@ -70,23 +70,27 @@ def _fmt(v: Any) -> str:
 
 def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protocol", facet: str | None = None,
                where: Sequence[str] = (), kind: str = "line", logx: bool = False, logy: bool = False,
-               title: str | None = None) -> int:
-    """Draw the figure; returns the number of lines drawn."""
-    import matplotlib
+               title: str | None = None, style: str | None = None, sharey: bool = False) -> int:
+    """Draw the figure; returns the number of lines drawn.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Colour: one per value of ``hue``; line style (and marker): one per value of ``style`` (by
+    default the first other study dimension that still varies); markers: one per combination of
+    any further varying dimension. The legend has one titled section per dimension. Facets get
+    their own y scale unless ``sharey``. Axis labels carry units (:func:`replay.paraminfo.axis_label`)."""
+    import pandas as pd
 
-    fmt = str(output).rsplit(".", 1)[-1].lower()
-    if fmt not in ("png", "svg", "pdf"):
-        raise ConfigError(f"-o {output}: unknown image format '{fmt}' (use .png, .svg or .pdf)")
+    from replay.figures import (
+        FONT_PT, GREY, LINESTYLES, MARKERS, PAGE_IN, check_format, colours, paper_style, save,
+    )
+    from replay.paraminfo import axis_label
+
+    fmt = check_format(output, "-o")
     df, meta = _read(path)
     _column(df, x, "--x", path)
     _column(df, y, "--y", path)
-    if hue:
-        _column(df, hue, "--hue", path)
-    if facet:
-        _column(df, facet, "--facet", path)
+    for opt, col in (("--hue", hue), ("--facet", facet), ("--style", style)):
+        if col:
+            _column(df, col, opt, path)
     for w in where:
         col, sep, val = w.partition("=")
         if not sep:
@@ -95,60 +99,111 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
         df = df[df[col] == _coerce(df[col], val)]
     if df.empty:
         raise ConfigError("no rows left to plot (check --where)", path=path)
-    import pandas as pd
-
     if not pd.api.types.is_numeric_dtype(df[y]):
         raise ConfigError(f"--y {y}: not a numeric column", path=path)
     swept = [c for c in meta.get("swept", []) if c in df.columns] or [c for c in df.columns if "." in c]
-    dims = [c for c in (*DIMENSIONS, *swept) if c in df.columns and c not in (x, hue, facet)]
-    scale, unit = (1e-6, " (ms)") if y.endswith("_ns") else (1.0, "")
-    ylabel = (y[:-3] if y.endswith("_ns") else y) + unit
-    panels = sorted(df[facet].dropna().unique()) if facet else [None]
-    fig, axes = plt.subplots(1, len(panels), figsize=(min(4.2 * len(panels) + 1.8, 16), 3.6), squeeze=False, sharey=True)
-    hues = sorted(df[hue].dropna().unique(), key=str) if hue else [None]
-    cmap = plt.get_cmap("tab10")
-    styles = ["-", "--", ":", "-."]
-    lines = 0
-    for ax, panel in zip(axes[0], panels):
-        sub = df if panel is None else df[df[facet] == panel]
-        split: list[str] = []  # what still varies in this panel (linked parameters named once)
-        for c in dims:
-            if sub[c].nunique(dropna=False) > 1 and not any(sub[c].equals(sub[k]) for k in split):
+    dims = [c for c in (*DIMENSIONS, *swept) if c in df.columns and c not in (x, hue, facet, style)]
+    split: list[str] = []  # what else varies (linked parameters named once)
+    linked: dict[str, list[str]] = {}  # a split column -> the columns that always equal it (one swept axis)
+    for c in dims:
+        if df[c].nunique(dropna=False) > 1:
+            twin = next((k for k in split if df[c].reset_index(drop=True).equals(df[k].reset_index(drop=True))), None)
+            if twin is None:
                 split.append(c)
-        groups = sub.groupby(split, dropna=False, sort=True) if split else [((), sub)]
-        for gi, (gkey, g) in enumerate(groups):
-            gkey = gkey if isinstance(gkey, tuple) else (gkey,)
-            for hi, h in enumerate(hues):
-                part = g if h is None else g[g[hue] == h]
-                if part.empty:
-                    continue
-                part = part.sort_values(x, kind="mergesort")
-                label = ", ".join(([_fmt(h)] if h is not None else [])
-                                  + [f"{c}={_fmt(v)}" for c, v in zip(split, gkey)])
-                style = dict(color=cmap(hi % 10), label=label or None)
-                if kind == "scatter":
-                    ax.scatter(part[x], part[y] * scale, s=18, marker="os^Dv"[gi % 5], **style)
-                else:
-                    ax.plot(part[x], part[y] * scale, marker="o", markersize=3, linestyle=styles[gi % 4], **style)
-                lines += 1
-        ax.set_xlabel(x)
-        if logx:
-            ax.set_xscale("log")
-        if logy:
-            ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
-        if panel is not None:
-            ax.set_title(f"{facet} = {_fmt(panel)}", fontsize=9)
-    axes[0][0].set_ylabel(ylabel)
-    if lines:
-        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    with atomic_path(output) as tmp:
-        fig.savefig(tmp, format=fmt, dpi=100)
-    plt.close(fig)
+                linked[c] = [c]
+            else:
+                linked[twin].append(c)
+    if style is None and split:
+        style, split = split[0], split[1:]
+    names = {c: "+".join(linked.get(c, [c])) for c in (*split, style) if c}
+    yscale = 1e-6 if y.endswith("_ns") else 1.0
+    panels = sorted(df[facet].dropna().unique()) if facet else [None]
+    hues = sorted(df[hue].dropna().unique(), key=str) if hue else [None]
+    styles = sorted(df[style].dropna().unique(), key=str) if style else [None]
+    others = sorted(df.groupby(split, dropna=False).groups, key=str) if split else [()]
+    others = [o if isinstance(o, tuple) else (o,) for o in others]
+    colour = dict(zip(hues, colours(len(hues))))
+    marker_of_style = not split  # with no third dimension, the marker follows the line style
+    ncols = min(len(panels), 3)
+    nrows = -(-len(panels) // ncols)
+    with paper_style() as plt:
+        # panels fill a page width (two columns) with the legend beside them; one panel fits a column
+        panel_in = min(2.4, (PAGE_IN - 1.6) / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(panel_in * ncols, 2.0 * nrows + 0.3),
+                                 squeeze=False, sharey=sharey)
+        lines = 0
+        for ax, panel in zip(axes.flat, panels):
+            sub = df if panel is None else df[df[facet] == panel]
+            for si, st in enumerate(styles):
+                for oi, other in enumerate(others):
+                    for h in hues:
+                        part = sub
+                        if h is not None:
+                            part = part[part[hue] == h]
+                        if st is not None:
+                            part = part[part[style] == st]
+                        for c, v in zip(split, other):
+                            part = part[part[c].isna()] if pd.isna(v) else part[part[c] == v]
+                        if part.empty:
+                            continue
+                        part = part.sort_values(x, kind="mergesort")
+                        mk = MARKERS[(si if marker_of_style else oi) % len(MARKERS)]
+                        if kind == "scatter":
+                            ax.scatter(part[x], part[y] * yscale, s=14, marker=mk, color=colour[h])
+                        else:
+                            ax.plot(part[x], part[y] * yscale, marker=mk, linestyle=LINESTYLES[si % len(LINESTYLES)],
+                                    color=colour[h])
+                        lines += 1
+            if logx:
+                ax.set_xscale("log")
+            if logy:
+                ax.set_yscale("log")
+            if panel is not None:
+                ax.set_title(f"{facet}: {_fmt(panel)}" if facet in DIMENSIONS else f"{axis_label(facet)} = {_fmt(panel)}")
+            ax.set_xlabel(axis_label(x))
+        for ax in axes[:, 0]:
+            ax.set_ylabel(axis_label(y))
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        handles = _legend_handles(hue, hues, colour, style, styles, split, others, marker_of_style, kind, GREY, names)
+        if title:
+            fig.suptitle(title, fontsize=FONT_PT + 1)
+        fig.tight_layout()
+        if handles:
+            leg = fig.legend([h for h, _ in handles], [t for _, t in handles], loc="upper left",
+                             bbox_to_anchor=(1.0, 0.97))
+            for text, (_h, t) in zip(leg.get_texts(), handles):
+                if t.endswith(":"):  # a section title: the dimension this part of the legend encodes
+                    text.set_fontweight("bold")
+                    text.set_text(textwrap.fill(t, 26))
+        save(fig, output, fmt)
     return lines
+
+
+def _legend_handles(hue, hues, colour, style, styles, split, others, marker_of_style, kind, grey, names):
+    """(handle, text) pairs: a titled section per dimension; a section title is a blank handle."""
+    from matplotlib.lines import Line2D
+
+    from replay.figures import LINESTYLES, MARKERS
+    from replay.paraminfo import axis_label
+
+    line = kind != "scatter"
+    blank = Line2D([], [], linestyle="none", marker=None)
+    out = []
+    if hue and len(hues) > 0:
+        out.append((blank, f"{axis_label(hue)}:"))
+        out += [(Line2D([], [], color=colour[h], linestyle="-" if line else "none", marker="o" if not line else None),
+                 _fmt(h)) for h in hues]
+    if style:
+        out.append((blank, f"{axis_label(names.get(style, style))}:"))
+        out += [(Line2D([], [], color=grey, linestyle=LINESTYLES[i % len(LINESTYLES)] if line else "none",
+                        marker=MARKERS[i % len(MARKERS)] if marker_of_style else None), _fmt(s))
+                for i, s in enumerate(styles)]
+    if split:
+        out.append((blank, ", ".join(axis_label(names.get(c, c)) for c in split) + ":"))
+        out += [(Line2D([], [], color=grey, linestyle="none", marker=MARKERS[i % len(MARKERS)]),
+                 ", ".join(_fmt(v) for v in o)) for i, o in enumerate(others)]
+    return out
 
 
 @click.command("plot")
@@ -156,18 +211,24 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
 @click.option("--x", "x", required=True, metavar="COLUMN", help="X axis: usually a swept parameter (section.key).")
 @click.option("--y", "y", default="makespan_ns", show_default=True, metavar="METRIC",
               help="Y axis: makespan_ns, slowdown, cp_<category>_ns, ...")
-@click.option("--hue", default="protocol", show_default=True, metavar="COLUMN", help="One colour per value.")
-@click.option("--facet", default=None, metavar="COLUMN", help="One panel per value.")
+@click.option("--hue", default="protocol", show_default=True, metavar="COLUMN",
+              help="One colour per value of COLUMN (e.g. trace or protocol).")
+@click.option("--style", default=None, metavar="COLUMN",
+              help="One line style and marker per value of COLUMN [the first other dimension that varies].")
+@click.option("--facet", default=None, metavar="COLUMN", help="One panel per value of COLUMN.")
+@click.option("--sharey/--no-sharey", default=False, show_default=True,
+              help="One y scale for every panel (default: each panel its own, so small effects stay visible).")
 @click.option("--where", multiple=True, metavar="COLUMN=VALUE", help="Keep only matching rows (repeatable).")
 @click.option("--kind", type=click.Choice(["line", "scatter"]), default="line", show_default=True,
-              help="Lines through the points, or the points alone.")
-@click.option("--logx", is_flag=True, help="Logarithmic x axis.")
-@click.option("--logy", is_flag=True, help="Logarithmic y axis.")
+              help="line: points joined in x order; scatter: the points alone.")
+@click.option("--logx", is_flag=True, help="Logarithmic x axis (base 10), e.g. for bandwidths spanning decades.")
+@click.option("--logy", is_flag=True, help="Logarithmic y axis (base 10).")
 @click.option("--title", default=None, help="Figure title (default: no title).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Figure (.png, .svg, .pdf).")
 @reports_errors
-def command(results, x, y, hue, facet, where, kind, logx, logy, title, output):
-    """Plot a study: METRIC against a parameter, one line per protocol (and other varying dimension)."""
+def command(results, x, y, hue, style, facet, sharey, where, kind, logx, logy, title, output):
+    """Plot a study: METRIC against a parameter, one colour per --hue value, one line style per
+    --style value, and a legend section for every other dimension that varies."""
     n = plot_study(results, x, y, output, hue=hue or None, facet=facet, where=where, kind=kind, logx=logx, logy=logy,
-                   title=title)
+                   title=title, style=style, sharey=sharey)
     click.echo(f"wrote {output} ({n} line(s))")

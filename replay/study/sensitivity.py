@@ -20,10 +20,10 @@ from typing import Any, Sequence
 import click
 
 from fastrack.atomic import atomic_path
-from fastrack.cli_support import reports_errors
+from fastrack.cli_support import progress_default, reports_errors
 from fastrack.errors import ConfigError
 from replay.names import CAPTURED
-from replay.options import executor_options, model_options
+from replay.options import complete_protocols, executor_options, json_option, model_options
 from replay.plugins import DEFAULT_MODEL
 from replay.study.executors import batches, execute, open_executor
 from replay.study.points import ModelResolver, check_protocols, file_sha256, make_point
@@ -159,42 +159,70 @@ def write_table(df, path: str) -> None:
 
 
 def plot_tornado(df, path: str, top: int = 20) -> None:
-    """Horizontal bars per parameter: makespan change (%) at the lowest and highest factor."""
-    import matplotlib
+    """Horizontal bars per parameter, ranked: the makespan change (%) when the parameter alone is
+    multiplied by each factor, the value written at the end of each bar. A (parameter, factor)
+    that was not run (zero baseline, rounds to the baseline, rejected by the model) has no bar and
+    says so in grey: it is skipped, not "no effect". Tick labels carry the unit and the preset value."""
+    from replay.figures import COLUMN_IN, GREY, PALETTE, check_format, colours, paper_style, save
+    from replay.paraminfo import unit_of
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fmt = str(path).rsplit(".", 1)[-1].lower()
-    if fmt not in ("png", "svg", "pdf"):
-        raise ConfigError(f"--plot {path}: unknown image format '{fmt}' (use .png, .svg or .pdf)")
-    ranked = df[df["swing"].notna()]
-    params = list(dict.fromkeys(ranked["parameter"]))[:top]
+    fmt = check_format(path, "--plot")
+    params = list(dict.fromkeys(df["parameter"]))[:top]  # df is ranked; unranked (all skipped) last
     factors = sorted(df["factor"].unique())
-    fig, ax = plt.subplots(figsize=(7, 0.35 * max(4, len(params)) + 1.2))
-    colors = plt.get_cmap("coolwarm")([0.1, 0.9] if len(factors) <= 2 else
-                                      [i / (len(factors) - 1) for i in range(len(factors))])
-    y = list(range(len(params)))[::-1]
-    for fi, f in enumerate(factors):
-        vals = []
+    cols = [PALETTE[0], PALETTE[5]] if len(factors) <= 2 else colours(len(factors))
+    rows = {(r["parameter"], r["factor"]): r for _, r in df.iterrows()}
+    changes = [abs(r["change"]) * 100 for r in rows.values() if r["parameter"] in params and r["change"] == r["change"]]
+    span = max(changes, default=0.0) or 1.0
+    with paper_style() as plt:
+        fig, ax = plt.subplots(figsize=(COLUMN_IN + 1.6, 0.28 * max(4, len(params)) + 0.9))
+        h = 0.8 / len(factors)
+        y = list(range(len(params)))[::-1]
+        for fi, f in enumerate(factors):
+            off = (fi - (len(factors) - 1) / 2) * h
+            for p, yy in zip(params, y):
+                r = rows.get((p, f))
+                if r is None:
+                    continue
+                v = r["change"] * 100 if r["change"] == r["change"] else None
+                if v is None:  # not run: say why instead of drawing a zero
+                    why = str(r["status"]).split(":")[0]
+                    ax.text(0.02 * span, yy + off, f"x{f:g}: skipped ({why})", va="center", ha="left", fontsize=5.5,
+                            color=GREY, style="italic")
+                    continue
+                ax.barh(yy + off, v, height=h * 0.9, color=cols[fi])
+                ax.text(v + (0.01 * span if v >= 0 else -0.01 * span), yy + off, _percent(v), va="center",
+                        ha="left" if v >= 0 else "right", fontsize=5.5)
+        ax.axvline(0, color="black", linewidth=0.6)
+        ax.set_xlim(-span * 1.3, span * 1.3)
+        ax.set_yticks(y)
+        labels = []
         for p in params:
-            r = ranked[(ranked["parameter"] == p) & (ranked["factor"] == f)]
-            v = r["change"].iloc[0] if len(r) else float("nan")
-            vals.append(0.0 if v != v else v * 100)
-        h = 0.8 / len(factors) if len(factors) > 2 else 0.6
-        off = (fi - (len(factors) - 1) / 2) * h if len(factors) > 2 else 0.0
-        ax.barh([yy + off for yy in y], vals, height=h, color=colors[fi], label=f"x{f:g}")
-    ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(y)
-    ax.set_yticklabels(params, fontsize=8)
-    ax.set_xlabel("makespan change vs preset (%)")
-    a = df.attrs
-    ax.set_title(f"{str(a.get('trace', '')).rsplit('/', 1)[-1]} - {a.get('protocol')} - {a.get('preset')}", fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=fmt, dpi=110)
-    plt.close(fig)
+            r = df[df["parameter"] == p].iloc[0]
+            unit = unit_of(p)
+            b = r["baseline"]
+            b = f"{int(b):,}" if float(b).is_integer() else f"{b:g}"
+            labels.append(f"{p} = {b}" + (f" {unit}" if unit and unit not in ("count", "ratio") else ""))
+        ax.set_yticklabels(labels, fontsize=6.5)
+        ax.grid(axis="y", visible=False)
+        ax.set_xlabel("makespan change vs the preset (%)")
+        a = df.attrs
+        ax.set_title(f"{str(a.get('trace', '')).rsplit('/', 1)[-1]}, {a.get('protocol')}, {a.get('preset')}")
+        from matplotlib.patches import Patch
+
+        ax.legend([Patch(color=c) for c in cols], [f"parameter x{f:g}" for f in factors], loc="lower right",
+                  handlelength=1.2)
+        save(fig, path, fmt)
+
+
+def _percent(v: float) -> str:
+    """A bar's value: 0% only when the makespan did not move at all."""
+    if v == 0:
+        return "0%"
+    a = abs(v)
+    sign = "+" if v > 0 else "-"
+    if a < 0.005:
+        return f"{sign}0.00%"  # moved, but by less than the last digit shown
+    return f"{sign}{a:.0f}%" if a >= 10 else f"{sign}{a:.1f}%" if a >= 1 else f"{sign}{a:.2f}%"
 
 
 def _factors(text: str) -> list[float]:
@@ -209,25 +237,46 @@ def _factors(text: str) -> list[float]:
 
 @click.command("sensitivity")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--protocol", required=True, help="Protocol to study (e.g. baseline, fastrack).")
+@click.option("--protocol", required=True, shell_complete=complete_protocols,
+              help="Protocol to study (e.g. baseline, fastrack; replay list protocols).")
 @model_options
 @click.option("--factors", default=DEFAULT_FACTORS, show_default=True, help="Multiplicative perturbations.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the table (.parquet).")
-@click.option("--plot", type=click.Path(dir_okay=False), help="Write a tornado chart (.png/.svg).")
-@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Parameters shown.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write a tornado chart (.png, .svg, .pdf).")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Parameters shown in the printed table and the chart (the -o table and --json have all).")
 @executor_options
+@json_option
 @reports_errors
-def command(trace, protocol, model, preset, overrides, factors, output, plot, top, executor, jobs, progress):
+def command(trace, protocol, model, preset, overrides, factors, output, plot, top, executor, jobs, progress, as_json):
     """Rank model parameters by their effect on TRACE's makespan under PROTOCOL (one at a time)."""
     for o in overrides:
         if "=" not in o or "," in o.partition("=")[2]:
             raise ConfigError(f"--set {o!r}: expected SECTION.KEY=VALUE (one value; use replay sweep to sweep)")
-    df = sensitivity(trace, protocol, model, preset, overrides, _factors(factors), executor, jobs, progress)
+    if plot:
+        from replay.figures import check_format
+
+        check_format(plot, "--plot")  # before the replays
+    df = sensitivity(trace, protocol, model, preset, overrides, _factors(factors), executor, jobs,
+                     progress_default(progress))
     if output:
         write_table(df, output)
     if plot:
         plot_tornado(df, plot, top)
-    click.echo(format_table(df, top))
+    if as_json:
+        click.echo(json_report(df))
+    else:
+        click.echo(format_table(df, top))
+    if plot:
+        click.echo(f"wrote {plot} ({min(top, df['parameter'].nunique())} parameters)", err=as_json)
 
 
-__all__ = ["sensitivity", "format_table", "plot_tornado", "write_table"]
+def json_report(df) -> str:
+    """The study facts and every row (NaN and missing makespans as null), as one JSON object."""
+    import json
+
+    rows = json.loads(df.to_json(orient="records"))  # pandas writes NaN and <NA> as null
+    return json.dumps({**{k: v for k, v in df.attrs.items()}, "rows": rows}, sort_keys=True)
+
+
+__all__ = ["sensitivity", "format_table", "json_report", "plot_tornado", "write_table"]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import logging
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -29,11 +31,12 @@ from typing import Any, Callable, Sequence
 import click
 
 from fastrack import __version__
-from fastrack.cli_support import reports_errors
+from fastrack.cli_support import progress_default, reports_errors
 from fastrack.errors import ConfigError
 from replay.names import NONE
 from replay.options import (
-    dask_timeout_option, executor_options, study_model_option, study_presets_option, sweep_set_option,
+    complete_protocols, dask_timeout_option, executor_options, json_option, study_model_option, study_presets_option,
+    sweep_set_option,
 )
 from replay.plugins import DEFAULT_MODEL
 from replay.study.executors import DASK_TIMEOUT_S, batches, execute, open_executor
@@ -158,7 +161,8 @@ def build_spec(traces: Sequence[str], study: str | None, protocols: Sequence[str
 @click.command("sweep")
 @click.argument("traces", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--study", type=click.Path(dir_okay=False), help="Study file (TOML; see docs/studies.md).")
-@click.option("--protocols", multiple=True, metavar="P1,P2,...", help="Protocols to run (comma-separated).")
+@click.option("--protocols", multiple=True, metavar="P1,P2,...", shell_complete=complete_protocols,
+              help="Protocols to run (comma-separated; replay list protocols).")
 @study_presets_option
 @study_model_option
 @sweep_set_option
@@ -168,9 +172,10 @@ def build_spec(traces: Sequence[str], study: str | None, protocols: Sequence[str
 @click.option("--add-none/--no-add-none", default=None,
               help=f"Add the '{NONE}' point each slowdown needs when missing (default on).")
 @dask_timeout_option
+@json_option
 @reports_errors
 def command(traces, study, protocols, presets, model, overrides, output, executor, jobs, progress, overwrite,
-            add_none, dask_timeout):
+            add_none, dask_timeout, as_json):
     """Run a study: TRACES x protocols x presets x parameter values, one Parquet row per point.
 
     'none' is added where a slowdown needs it. Format of study files and of the table:
@@ -188,8 +193,11 @@ def command(traces, study, protocols, presets, model, overrides, output, executo
     output = output or study_output
     if not output:
         raise ConfigError("no output file: give -o results.parquet (or [study] output in the study file)")
-    rep = run_sweep(spec, output, executor=executor, jobs=jobs, overwrite=overwrite, progress=progress,
-                    dask_timeout=dask_timeout, log=lambda m: click.echo(m, err=True))
+    rep = run_sweep(spec, output, executor=executor, jobs=jobs, overwrite=overwrite, progress=progress_default(progress),
+                    dask_timeout=dask_timeout, log=logging.getLogger(__name__).info)
+    if as_json:
+        click.echo(json.dumps(dict(dataclasses.asdict(rep), points_per_s=rep.points_per_s), sort_keys=True))
+        return
     rate = f", {rep.points_per_s:.1f} points/s" if rep.ran else ""
     click.echo(f"wrote {rep.output}: {rep.rows} rows ({rep.ran} run, {rep.skipped} already done) "
                f"in {rep.seconds:.1f} s{rate}")
