@@ -32,7 +32,6 @@ import random
 import resource
 import shutil
 import signal
-import sqlite3
 import sys
 import tempfile
 import time
@@ -57,6 +56,7 @@ class Case:
     files: dict[str, bytes] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # name -> target (symbolic links to plant)
     dirs: list[str] = field(default_factory=list)
+    fifos: list[str] = field(default_factory=list)
     secret_may_appear: bool = False  # the secret was planted where a tool may legitimately copy it
 
 
@@ -443,9 +443,10 @@ def gen_cli(rng, corpus, i):
                     "-o", "s.parquet"]
         return Case(i, "cli-synth", "tracegen", argv, {})
     # outputs that must never be written: a directory, a link, the input, under a file, a long name
-    target = rng.choice(["dir", "link", "input", "under-file", "long", "dev"])
+    # (a FIFO stands for every special file: a fuzzer must never aim at the machine's real devices)
+    target = rng.choice(["dir", "link", "input", "under-file", "long", "fifo"])
     out = {"dir": "d", "link": "l.parquet", "input": name, "under-file": f"{name}/x.parquet",
-           "long": "n" * 300 + ".parquet", "dev": "/dev/null"}[target]
+           "long": "n" * 300 + ".parquet", "fifo": "f.parquet"}[target]
     case = Case(i, "outputs", "tracegen", ["convert", str(DATA / "a100_cuda_event_sync_tiny.json.gz"), "-o", out,
                                            *(["--overwrite"] if rng.random() < 0.5 else [])], files)
     if rng.random() < 0.5:
@@ -455,6 +456,11 @@ def gen_cli(rng, corpus, i):
         case.dirs.append("d")
     if target == "link":
         case.links["l.parquet"] = "elsewhere.parquet"
+    if target == "fifo":
+        case.fifos.append("f.parquet")
+    if target == "input" and case.tool == "tracegen":  # convert's own input as its output
+        case.files["in.json.gz"] = (DATA / "a100_cuda_event_sync_tiny.json.gz").read_bytes()
+        case.argv = ["convert", "in.json.gz", "-o", "in.json.gz", "--overwrite"]
     return case
 
 
@@ -481,7 +487,7 @@ def _snapshot(d: Path) -> dict[str, str]:
         for f in files + [x for x in dirs if os.path.islink(os.path.join(root, x))]:
             p = Path(root) / f
             rel = str(p.relative_to(d))
-            out[rel] = "link" if p.is_symlink() else _digest(p)
+            out[rel] = "link" if p.is_symlink() else "fifo" if p.is_fifo() else _digest(p)
     return out
 
 
@@ -492,6 +498,8 @@ def prepare(case: Case, d: Path) -> None:
         (d / name).mkdir()
     for name, target in case.links.items():
         os.symlink(target, d / name)
+    for name in case.fifos:
+        os.mkfifo(d / name)
 
 
 def child(case: Case, d: Path, mem_mb: int) -> None:
