@@ -75,10 +75,14 @@ def test_graph_capture_then_replay(emu, tmp_path, n):
     host_calls = during[during.kind == "runtime"]
     assert list(host_calls.name) == ["cudaMemcpyAsync", "cudaLaunchKernel", "cudaLaunchKernel", "cudaLaunchKernel"]
     assert all(len(_launched(df, i)) == 0 for i in host_calls.index)
-    assert (df.name == "cudaGraphInstantiate").sum() == 1
+    from tracegen.emulation.graphs import COSTS
+
+    inst = df[df.name == "cudaGraphInstantiate"]
+    assert list(inst.dur_ns) == [COSTS.instantiate_ns + 4 * COSTS.instantiate_node_ns]  # 4 nodes
     # replay: N launch calls, each launching the whole graph in capture order on the current stream
     launches = df[df.name == "cudaGraphLaunch"]
     assert len(launches) == n and set(launches.kind) == {"runtime"}
+    assert set(launches.dur_ns) == {COSTS.launch_ns}
     for i in launches.index:
         ops = _launched(df, i)
         assert [k.split(" [")[0] for k in ops.name] == ["Memcpy HtoD (Pinned -> Device)", "aten::addmm",
