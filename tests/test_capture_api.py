@@ -226,3 +226,18 @@ def test_guarded_api_still_runs_and_patches_are_undone(emu, tmp_path):
     assert after == before
     with pytest.raises(RuntimeError):
         torch.device(0)  # no accelerator here: the CPU build's answer again
+
+
+def test_set_default_tensor_type_cuda_and_restored_after(emu, tmp_path):
+    res, out = _capture(tmp_path, """
+    import torch
+    torch.set_default_tensor_type(torch.cuda.HalfTensor)   # as the original LLaMA example does
+    w = torch.empty(64, 64)
+    assert w.is_cuda and w.dtype == torch.float16
+    b = torch.tensor([1.0, 2.0])                           # fp16 on the GPU: an H2D copy of 4 bytes
+    assert b.is_cuda and b.dtype == torch.float16
+    """)
+    assert res.exit_code == 0, res.output
+    df = _df(out)
+    assert list(df[df.copy_dir == "H2D"].bytes) == [4]
+    assert torch.get_default_dtype() == torch.float32 and torch.empty(1).device.type == "cpu"

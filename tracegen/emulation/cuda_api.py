@@ -236,13 +236,14 @@ def patched_torch(rec: Recorder):
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     hook = register_optimizer_step_post_hook(rec.optimizer_step_done)
-    default_device = default_device_state()
+    default_device, default_dtype = default_device_state(), torch.get_default_dtype()
     try:
         with activated(rec):
             yield fmode_ref
     finally:
         hook.remove()
-        restore_default_device(default_device)
+        restore_default_device(default_device)  # a default the script set must not outlive the capture
+        torch.set_default_dtype(default_dtype)
         for obj, attr, old in reversed(saved):
             if old is _MISSING:
                 delattr(obj, attr)

@@ -1,6 +1,7 @@
 """The tensor-level CUDA API the CPU build refuses, on emulated tensors: the legacy typed
-constructors (``torch.cuda.FloatTensor`` and friends), ``Tensor.type("torch.cuda.X")`` /
-``Tensor.type()``, ``Tensor.record_stream`` and ``Tensor.data_ptr`` (``docs/capture.md``)."""
+constructors (``torch.cuda.FloatTensor`` and friends), ``torch.set_default_tensor_type`` with one
+of them, ``Tensor.type("torch.cuda.X")`` / ``Tensor.type()``, ``Tensor.record_stream`` and
+``Tensor.data_ptr`` (``docs/capture.md``)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ def tensor_patches() -> list[tuple[Any, str, Any]]:
     orig_type = torch.Tensor.type
     orig_data_ptr = torch.Tensor.data_ptr
     orig_record_stream = torch.Tensor.record_stream
+    orig_set_default_tensor_type = torch.set_default_tensor_type
+
+    def set_default_tensor_type(t):
+        # torch.set_default_tensor_type(torch.cuda.HalfTensor): the dtype and the device, as PyTorch does
+        cuda_dtype = _cuda_dtype_of(t)
+        if cuda_dtype is None:
+            return orig_set_default_tensor_type(t)
+        if not cuda_dtype.is_floating_point:
+            raise TypeError("only floating-point types are supported as the default type")
+        torch.set_default_dtype(cuda_dtype)
+        torch.set_default_device("cuda")
 
     def type_(self, dtype=None, non_blocking=False, **kwargs):
         if dtype is None and self.is_meta:
@@ -80,6 +92,6 @@ def tensor_patches() -> list[tuple[Any, str, Any]]:
 
     out: list[tuple[Any, str, Any]] = [(torch.cuda, name, legacy_type(name)) for name in LEGACY_TYPES]
     out += [(torch.Tensor, "type", type_), (torch.Tensor, "data_ptr", data_ptr),
-            (torch.Tensor, "record_stream", record_stream)]
+            (torch.Tensor, "record_stream", record_stream), (torch, "set_default_tensor_type", set_default_tensor_type)]
     return out
 
