@@ -153,6 +153,7 @@ METADATA_FIELDS: dict[str, str] = {
     "device_model": "str: cost model used for emulated timings (e.g. 'h100-sxm'); null if real",
     "trace_name": "str: a human label",
     "created_by": "str: 'fastrack <version>' that wrote the file",
+    "capture_notes": "list[str]: what the capture could not reproduce as the hardware would (one line each)",
 }
 
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -168,6 +169,7 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
     "device_model": (str, type(None)),
     "trace_name": str,
     "created_by": str,
+    "capture_notes": list,
 }
 
 
@@ -190,6 +192,8 @@ def clean_metadata(meta: dict[str, Any]) -> dict[str, Any]:
             value = [str(v).replace("\\", "/").rsplit("/", 1)[-1] for v in value]
         if key == "ranks":
             value = [int(v) for v in value]
+        if key == "capture_notes":
+            value = [str(v) for v in value]
         out[key] = value
     out["schema_version"] = SCHEMA_VERSION
     return out

@@ -63,6 +63,9 @@ def run_script(script: str | os.PathLike, script_args: Sequence[str] = ()) -> No
             raise CaptureError(f"the script exited with status {code}; no trace written", path=str(path)) from None
     except KeyboardInterrupt:
         raise
+    except CaptureError as exc:  # the emulator refused a call (tracegen.emulation.unsupported): one line
+        exc.path = exc.path or str(path)
+        raise
     except BaseException as exc:  # the script's own error: show it, then fail
         _print_script_traceback(exc, path)
         msg = str(exc).splitlines()[0] if str(exc) else ""
@@ -128,6 +131,8 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
     meta = _metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
                      torch_version=torch.__version__)
     meta["capture_tool"] = f"fastrack tracegen capture (emulated GPU, {host_time} host time{speed.describe()})"
+    if rec.notes:
+        meta["capture_notes"] = list(rec.notes)
     return table, meta
 
 

@@ -19,6 +19,14 @@ concept:
 * :mod:`.tensors` -- emulated / pinned tensors, device mapping;
 * :mod:`.streams` -- ``torch.cuda.Stream`` / ``Event`` stand-ins;
 * :mod:`.gradmarks` -- gradient-ready markers (``AccumulateGrad`` cpu ops with the gradient's bytes);
+* :mod:`.devices` -- ``torch.device(0)``, the default device, ``torch.Generator/Stream/Event`` on
+  ``cuda``, ``DataParallel`` over the one GPU;
+* :mod:`.tensortypes` -- ``torch.cuda.FloatTensor`` and friends, ``Tensor.type``, ``data_ptr``,
+  ``record_stream``;
+* :mod:`.memory` -- ``memory_stats()`` (PyTorch's key set) and the memory fraction;
+* :mod:`.nvtx` -- NVTX ranges as markers;
+* :mod:`.graphs` -- CUDA graphs (capture records, replay is one ``cudaGraphLaunch``);
+* :mod:`.unsupported` -- the one-line refusal of what the emulation does not cover;
 * :mod:`.cuda_api` -- the patched ``torch.cuda`` surface;
 * :mod:`.session` -- :func:`emulated_gpu`, all of the above around a script;
 * :mod:`.trace` -- the schema-v1 table of a finished recording.

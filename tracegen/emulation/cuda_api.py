@@ -1,6 +1,9 @@
 """The patched ``torch.cuda`` surface (and ``torch.accelerator``, ``Tensor.pin_memory``, the
-optimizers' foreach device lists, ``torch.compile``, ``torch.profiler.profile``) for the
-duration of an emulated capture; everything is restored afterwards."""
+optimizers' foreach device lists, ``torch.compile``, ``torch.profiler.profile``, and the modules
+that emulate more of the API: :mod:`.devices`, :mod:`.tensortypes`, :mod:`.memory`,
+:mod:`.nvtx`, :mod:`.graphs`) for the duration of an emulated capture; every other public
+function and class of ``torch.cuda`` is guarded (:mod:`.unsupported`: a failure names the call);
+everything is restored afterwards."""
 
 from __future__ import annotations
 
@@ -11,9 +14,18 @@ from typing import Any
 
 import torch
 
+from tracegen.emulation import memory
+from tracegen.emulation.devices import default_device_state, device_patches, restore_default_device
+from tracegen.emulation.graphs import graph_patches
+from tracegen.emulation.nvtx import nvtx_patches
 from tracegen.emulation.streams import EmuEvent, EmuStream
 from tracegen.emulation.tensors import is_pinned_memory, mark_pinned
+from tracegen.emulation.tensortypes import tensor_patches
 from tracegen.emulation.timeline import DEFAULT_STREAM, Recorder, activated, active_recorder
+from tracegen.emulation.unsupported import guard_namespace
+
+COMPILE_NOTE = ("torch.compile: runs eagerly under emulation (no Inductor/Triton fusion, no CUDA graphs of "
+                "mode='reduce-overhead'); the trace holds the eager kernels")
 
 
 class _Props(types.SimpleNamespace):
@@ -70,6 +82,7 @@ def patched_torch(rec: Recorder):
         setattr(obj, attr, value)
 
     cuda = torch.cuda
+    fraction = memory.MemoryFraction()
     rec.default_stream = EmuStream(_stream_id=DEFAULT_STREAM)
     rec.current_stream = rec.default_stream
     props = _Props(name=spec.gpu_name, total_memory=spec.total_memory_bytes, major=9, minor=0,
@@ -143,18 +156,35 @@ def patched_torch(rec: Recorder):
         "reset_peak_memory_stats": none,
         "reset_max_memory_allocated": none,
         "reset_accumulated_memory_stats": none,
-        "memory_stats": lambda *a, **k: {},
+        "memory_stats": lambda *a, **k: memory.memory_stats(),
+        "memory_stats_as_nested_dict": lambda *a, **k: memory.memory_stats_nested(),
+        "set_per_process_memory_fraction": fraction.set,
+        "get_per_process_memory_fraction": fraction.get,
+        "max_memory_cached": zero,
+        "memory_cached": zero,
+        "reset_max_memory_cached": none,
         "memory_summary": lambda *a, **k: "(emulated GPU: no allocations)",
         "mem_get_info": lambda *a, **k: (spec.total_memory_bytes, spec.total_memory_bytes),
         "utilization": zero,
     }
+    fmode_ref: list = []
+    more = device_patches(fmode_ref) + tensor_patches() + nvtx_patches() + graph_patches()
+    own = set(patches) | {attr for obj, attr, _ in more if obj is cuda}
+    memory_own = {"memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                  "empty_cache", "reset_peak_memory_stats", "mem_get_info", "memory_stats",
+                  "memory_stats_as_nested_dict", "set_per_process_memory_fraction",
+                  "get_per_process_memory_fraction"}
+    # every other public torch.cuda function/class: still runs, but a failure names the call
+    for attr, val in guard_namespace(cuda, "torch.cuda", own).items():
+        patch(cuda, attr, val)
+    for attr, val in guard_namespace(cuda.memory, "torch.cuda.memory", memory_own).items():
+        patch(cuda.memory, attr, val)
     for attr, val in patches.items():
         patch(cuda, attr, _fresh(val))
-    for mod_attr, val in (("memory_allocated", zero), ("max_memory_allocated", zero), ("memory_reserved", zero),
-                          ("max_memory_reserved", zero), ("empty_cache", none),
-                          ("reset_peak_memory_stats", none), ("mem_get_info", patches["mem_get_info"])):
-        if hasattr(cuda, "memory"):
-            patch(cuda.memory, mod_attr, _fresh(val))
+    for mod_attr in memory_own:
+        patch(cuda.memory, mod_attr, _fresh(patches[mod_attr]))
+    for obj, attr, val in more:
+        patch(obj, attr, val)
     acc = torch.accelerator
     for attr, val in (("is_available", lambda: True), ("current_accelerator", lambda *a, **k: torch.device("cuda")),
                       ("device_count", lambda: 1), ("current_device_index", lambda: 0),
@@ -184,7 +214,6 @@ def patched_torch(rec: Recorder):
     patch(torch.Tensor, "pin_memory", pin_memory)
     patch(torch.Tensor, "is_pinned", is_pinned)
     orig_clear = torch.clear_autocast_cache
-    fmode_ref: list = []
 
     def clear_autocast_cache():
         orig_clear()
@@ -194,6 +223,7 @@ def patched_torch(rec: Recorder):
     patch(torch, "clear_autocast_cache", clear_autocast_cache)
 
     def compile_(model=None, *a, **k):
+        rec.note(COMPILE_NOTE)
         if model is None:
             return lambda m: m
         return model
@@ -206,11 +236,14 @@ def patched_torch(rec: Recorder):
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     hook = register_optimizer_step_post_hook(rec.optimizer_step_done)
+    default_device, default_dtype = default_device_state(), torch.get_default_dtype()
     try:
         with activated(rec):
             yield fmode_ref
     finally:
         hook.remove()
+        restore_default_device(default_device)  # a default the script set must not outlive the capture
+        torch.set_default_dtype(default_dtype)
         for obj, attr, old in reversed(saved):
             if old is _MISSING:
                 delattr(obj, attr)

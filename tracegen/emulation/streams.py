@@ -16,6 +16,7 @@ class EmuEvent:
         self.op: int | None = None  # index of the last GPU op before the record
         self.time: int | None = None  # GPU time (ns) at which the event completes
         self.enable_timing = enable_timing
+        self.device = torch.device("cuda", 0)
 
     def record(self, stream=None):
         active_recorder().event_record(self, stream)
@@ -70,7 +71,12 @@ class EmuStream:
         return True
 
     def is_capturing(self) -> bool:
-        return False
+        rec = active_recorder()
+        return rec.graph_nodes is not None and rec.stream_id() == self.stream_id
+
+    @property
+    def native_handle(self) -> int:
+        return self.stream_id
 
     def __eq__(self, other):
         return isinstance(other, EmuStream) and other.stream_id == self.stream_id

@@ -8,6 +8,7 @@ recorder the patched ``torch.cuda`` surface talks to is the innermost :func:`act
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -45,6 +46,23 @@ class _Op:
     def end(self) -> int:
         return self.start + self.dur
 
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """A GPU op recorded into a CUDA graph during stream capture (its duration before the
+    what-if speed factors, applied when the graph is launched)."""
+
+    kind: OpKind
+    name: str
+    dur: int
+    bytes: int = 0
+    copy_dir: CopyDir = CopyDir.NONE
+    host_mem: HostMem = HostMem.NONE
+
+
+CAPTURE_SYNC_ERROR = ("CUDA error: operation not permitted when stream is capturing "
+                      "(a synchronising call inside CUDA graph capture)")
 
 
 _ACTIVE: list["Recorder"] = []
@@ -98,6 +116,27 @@ class Recorder:
         self.step_stack: list[tuple[Any, int]] = []
         self.gpu_ops = 0
         self.cpu_op_name = "cpu"
+        self.graph_nodes: list[GraphNode] | None = None  # the CUDA graph being captured, if any
+        self.notes: list[str] = []  # capture notes (stderr + trace metadata `capture_notes`)
+        self.nvtx_stack: list[str] = []  # open torch.cuda.nvtx ranges (tracegen.emulation.nvtx)
+        self.nvtx_range_ids = 0
+        self.graph_capture_stream = None  # torch.cuda.graph's side stream (tracegen.emulation.graphs)
+
+    # -- notes and markers ----------------------------------------------------------------
+    def note(self, text: str) -> None:
+        """A capture note: printed once on stderr and kept for the trace metadata."""
+        if text not in self.notes:
+            self.notes.append(text)
+            sys.stderr.write(f"tracegen capture: note: {text}\n")
+            sys.stderr.flush()
+
+    def marker(self, name: str) -> int:
+        """A named instant (docs/conventions.md rule 8): a zero-duration ``cpu`` op now."""
+        self.enter()
+        try:
+            return self.host(OpKind.CPU, name, 0)
+        finally:
+            self.leave()
 
     # -- host time (tracegen.emulation.hosttime) -------------------------------------------
     def enter(self):
@@ -154,6 +193,9 @@ class Recorder:
 
     def gpu(self, kind: OpKind, name: str, dur: int, launch: int, *, stream: int | None = None,
             nbytes: int = 0, copy_dir: CopyDir = CopyDir.NONE, host_mem: HostMem = HostMem.NONE) -> int:
+        if self.graph_nodes is not None:  # stream capture: into the graph, nothing runs
+            self.graph_nodes.append(GraphNode(kind, name, int(dur), int(nbytes), copy_dir, host_mem))
+            return -1
         s = self.stream_id() if stream is None else stream
         lop = self.ops[launch]
         start = max(lop.end + self.spec.launch_latency_ns, self.stream_free.get(s, 0), self.stream_ready.pop(s, 0))
@@ -179,7 +221,9 @@ class Recorder:
     def sync(self, name: str, waits: list[int]) -> int:
         """A host op that blocks until the GPU ops ``waits`` have finished, and returns
         ``sync_return_ns`` after that (or after its start, when nothing is pending)."""
-        waits = [w for w in waits if w is not None]
+        if self.graph_nodes is not None:
+            raise RuntimeError(CAPTURE_SYNC_ERROR)
+        waits = [w for w in waits if w is not None and w >= 0]
         end = max([self.ops[w].end for w in waits], default=0)
         dur = max(end, self.now) + self.spec.sync_return_ns - self.now
         idx = self.host(OpKind.SYNC, name, dur)
@@ -239,6 +283,8 @@ class Recorder:
         try:
             s = self.stream_id(stream)
             self.runtime("cudaEventRecord", self.spec.event_call_ns)
+            if self.graph_nodes is not None:  # a node of the graph (fork/join): no timeline effect
+                return
             ev.op = self.stream_last.get(s)
             ev.time = max(self.stream_free.get(s, 0), self.now)
         finally:
@@ -249,6 +295,8 @@ class Recorder:
         try:
             s = self.stream_id(stream)
             self.runtime("cudaStreamWaitEvent", self.spec.event_call_ns)
+            if self.graph_nodes is not None:
+                return
             if ev.op is not None:
                 self.stream_pending_events.setdefault(s, []).append(ev.op)
             if ev.time is not None:
@@ -260,6 +308,47 @@ class Recorder:
         self.enter()
         try:
             self.sync("cudaEventSynchronize", [ev.op])
+        finally:
+            self.leave()
+
+    # -- CUDA graphs (tracegen.emulation.graphs) -----------------------------------------
+    def graph_capture_begin(self, call_ns: int) -> None:
+        """``cudaStreamBeginCapture``: from now on GPU ops are recorded into a graph."""
+        if self.graph_nodes is not None:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing "
+                               "(a CUDA graph capture is already in progress)")
+        self.enter()
+        try:
+            self.runtime("cudaStreamBeginCapture", call_ns)
+        finally:
+            self.leave()
+        self.graph_nodes = []
+
+    def graph_capture_end(self, end_call_ns: int, instantiate_ns: int, per_node_ns: int) -> list[GraphNode]:
+        """``cudaStreamEndCapture`` + ``cudaGraphInstantiate``; returns the captured nodes."""
+        nodes, self.graph_nodes = self.graph_nodes or [], None
+        self.enter()
+        try:
+            self.runtime("cudaStreamEndCapture", end_call_ns)
+            self.runtime("cudaGraphInstantiate", instantiate_ns + per_node_ns * len(nodes))
+        finally:
+            self.leave()
+        return nodes
+
+    def graph_launch(self, nodes: list[GraphNode], call_ns: int) -> int:
+        """``cudaGraphLaunch``: one runtime call on the host launching every node, in capture
+        order, on the current stream (each with a ``launch`` dependency on that one call)."""
+        if self.graph_nodes is not None:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing "
+                               "(a graph launch inside a capture)")
+        self.enter()
+        try:
+            rt = self.runtime("cudaGraphLaunch", call_ns)
+            s = self.stream_id()
+            for n in nodes:
+                self.gpu(n.kind, n.name, n.dur, rt, stream=s, nbytes=n.bytes, copy_dir=n.copy_dir,
+                         host_mem=n.host_mem)
+            return rt
         finally:
             self.leave()
 
