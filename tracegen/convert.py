@@ -18,7 +18,7 @@ from fastrack.cli_support import reports_errors
 from fastrack.errors import TraceFormatError
 from fastrack.outputs import check_input_path, check_output_path
 
-FORMATS_CHOICES = ("auto", "kineto", "nsys")  # "auto" + the keys of tracegen.importers.FORMATS
+FORMATS_CHOICES = ("auto", "chakra", "kineto", "nsys")  # "auto" + the keys of tracegen.importers.FORMATS
 
 
 @dataclass
@@ -79,7 +79,7 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
         fmt = next(iter(kinds.values()))
     imp = FORMATS[fmt].read(inputs)
     label = imp.files[0] if len(imp.files) == 1 else inputs[0] if len(inputs) == 1 else None
-    table = derive_dependencies(imp.raw, path=label)
+    table = imp.table if imp.table is not None else derive_dependencies(imp.raw, path=label)
     path = write_trace(output, table, imp.metadata)
     ranks = len(pc.unique(table.column("rank")))
     return ConvertResult(path=path, num_ops=table.num_rows, num_ranks=ranks, num_events=imp.num_events,
