@@ -18,7 +18,7 @@ from fastrack.cli_support import reports_errors
 from fastrack.errors import TraceFormatError
 from fastrack.outputs import check_input_path, check_output_path
 
-FORMATS_CHOICES = ("auto", "chakra", "kineto", "nsys")  # "auto" + the keys of tracegen.importers.FORMATS
+FORMATS_CHOICES = ("auto", "chakra", "pytorch-et", "kineto", "nsys")  # "auto" + the keys of tracegen.importers.FORMATS
 
 
 @dataclass
@@ -73,6 +73,8 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
         check_input_path(p, allow_dir=True)
     if fmt == "auto":
         kinds = {p: detect_format(p) for p in inputs}
+        if set(kinds.values()) == {"pytorch-et", "kineto"}:  # a PyTorch ET is read with its Kineto trace
+            kinds = {p: "pytorch-et" for p in inputs}
         if len(set(kinds.values())) > 1:
             desc = ", ".join(f"{Path(p).name} ({k})" for p, k in kinds.items())
             raise TraceFormatError(f"inputs mix formats: {desc}")
