@@ -41,7 +41,7 @@ from fastrack.chakra import CollectiveCommType, Node, NodeType, looks_like_et, r
 from fastrack.errors import TraceFormatError
 from fastrack.schema import OP_KIND_BY_LABEL, DepKind, OpKind
 from fastrack.traceio import make_table, validate_table
-from tracegen.importers.common import GZIP_MAGIC, RawImport, read_head
+from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
 
 SNIFF_BYTES = 4096
 SYNTHETIC_LANE_BASE = 1 << 32  # thread/stream id of an exported node on a lane that is no thread or stream
@@ -270,6 +270,9 @@ def read_with_ids(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> tup
     by_rank: dict[int, str] = {}
     protocols, num_nodes = set(), 0
     for i, p in enumerate(files):
+        head = _head(p)
+        if head.lstrip()[:1] in (b"{", b"[") or head.startswith(SQLITE_MAGIC):
+            raise TraceFormatError("is JSON or SQLite (a profiler trace?), not a Chakra ET protobuf stream", path=p)
         meta, nodes = read_et(p)
         num_nodes += len(nodes)
         rank = _rank_of(p, meta.attr("fastrack_rank"), i)

@@ -120,7 +120,8 @@ def _load_json(path: str) -> Any:
     except OSError as exc:
         raise TraceFormatError(f"cannot read file ({exc.strerror or exc})", path=path) from None
     except ValueError as exc:
-        if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(exc.doc.rstrip()) - 1:
+        if isinstance(exc, json.JSONDecodeError) and (exc.pos >= len(exc.doc.rstrip()) - 1
+                                                      or exc.msg.startswith("Unterminated string")):
             raise TraceFormatError("truncated JSON (the file ends in the middle of the document)", path=path) from None
         raise TraceFormatError(f"invalid JSON at byte {getattr(exc, 'pos', '?')}", path=path) from None
 
@@ -347,10 +348,10 @@ def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
     k_paths = [p for p in files if p not in et_paths]
     if not et_paths:
         raise TraceFormatError("no PyTorch ET among the inputs")
+    ets = [read_et(p) for p in et_paths]
     if not k_paths:
         raise TraceFormatError("PyTorch ET holds no operator timings; give the Kineto trace of the same run too "
                                "(tracegen convert ET.json KINETO.json -o OUT)", path=et_paths[0])
-    ets = [read_et(p) for p in et_paths]
     kops = [read_kineto_ops(p) for p in k_paths]
     pairs: list[tuple[EtFile, KinetoOps]] = []
     for et in ets:
