@@ -343,3 +343,22 @@ def test_pytorch_et_without_kineto_is_refused(tmp_path):
     res = convert(ET_DIR / "dlrm_eg_0.json.gz", sorted(KINETO.iterdir())[1], "-o", out)  # rank 1's Kineto
     assert res.exit_code == 2 and "field 'pid'" in res.output
     assert not out.exists()
+
+
+def test_export_command_and_entry_point(tmp_path):
+    import importlib
+    import tomllib
+
+    eps = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    target = eps["project"]["entry-points"]["fastrack.exporters"]["chakra"]
+    mod, attr = target.split(":")
+    assert getattr(importlib.import_module(mod), attr) is CHAKRA
+    trace = write(tmp_path / "t.parquet", copy_trace())
+    cmd = replay_export.command_for(CHAKRA)
+    assert cmd.name == "export-chakra"
+    res = CliRunner().invoke(cmd, [str(trace), "--protocol", "fastrack", "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith(f"wrote {tmp_path / 'out'}: ") and (tmp_path / "out" / et_file(0)).is_file()
+    (tmp_path / "file").write_text("x")
+    res = CliRunner().invoke(cmd, [str(trace), "-o", str(tmp_path / "file")])
+    assert res.exit_code == 2 and "is a file" in res.output

@@ -1,4 +1,4 @@
-"""``tracegen convert``: import profiler traces (Kineto JSON, Nsight SQLite) into a Parquet trace.
+"""``tracegen convert``: import traces (Kineto JSON, Nsight SQLite, PyTorch ET + Kineto, Chakra ET) into Parquet.
 
 Library entry point: :func:`convert`. The command wraps it with one-line errors (exit code 2);
 the output is written atomically, so a failed run leaves no file behind.
@@ -93,7 +93,8 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="Parquet trace to write.")
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS_CHOICES), default="auto", show_default=True,
-    help="Input format; auto detects Kineto JSON (plain/gzip), Nsight SQLite and directories of rank files.",
+    help="Input format; auto detects Kineto JSON (plain/gzip), Nsight SQLite, PyTorch ET (with its Kineto trace), "
+         "Chakra ET (.et) and directories of rank files.",
 )  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists (never an input, a link or a non-file).")
 @reports_errors
