@@ -137,6 +137,7 @@ class _Bad(Exception):
     """A decoding failure inside one message; the reader adds the file and the message."""
 
     def __init__(self, field_name: str, what: str):
+        self.field, self.what = field_name, what
         super().__init__(f"field '{field_name}': {what}")
 
 
@@ -236,6 +237,8 @@ def write_et(fh: BinaryIO, meta: GlobalMetadata, nodes: list[Node]) -> None:
 
 
 def _read_varint(buf: bytes, pos: int, end: int, field_name: str) -> tuple[int, int]:
+    if pos < end and buf[pos] < 0x80:  # one byte: most keys, lengths and small values
+        return buf[pos], pos + 1
     result = shift = 0
     while True:
         if pos >= end:
@@ -252,28 +255,36 @@ def _read_varint(buf: bytes, pos: int, end: int, field_name: str) -> tuple[int, 
 
 def _fields(buf: bytes, start: int, end: int, msg: str) -> Iterator[tuple[int, int, Any]]:
     """(field number, wire type, value) of each field of the message in ``buf[start:end]``; the
-    value is an int (varint), bytes (fixed32/64 raw, length-delimited)."""
+    value is an int (varint), bytes (fixed32/64 raw, length-delimited). Field names for errors
+    are built only when one is raised."""
     pos = start
-    while pos < end:
-        key, pos = _read_varint(buf, pos, end, f"{msg} field key")
-        num, wire = key >> 3, key & 7
-        if num == 0:
-            raise _Bad(f"{msg} field key", "field number 0")
-        if wire == 0:
-            val, pos = _read_varint(buf, pos, end, f"{msg}.{num}")
-        elif wire == 1 or wire == 5:
-            size = 8 if wire == 1 else 4
-            if pos + size > end:
-                raise _Bad(f"{msg}.{num}", "truncated fixed-width value")
-            val, pos = buf[pos : pos + size], pos + size
-        elif wire == 2:
-            n, pos = _read_varint(buf, pos, end, f"{msg}.{num}")
-            if pos + n > end:
-                raise _Bad(f"{msg}.{num}", f"length {n} runs past the end of the message")
-            val, pos = buf[pos : pos + n], pos + n
-        else:
-            raise _Bad(f"{msg}.{num}", f"unsupported wire type {wire}")
-        yield num, wire, val
+    num = 0
+    try:
+        while pos < end:
+            key, pos = _read_varint(buf, pos, end, "")
+            num, wire = key >> 3, key & 7
+            if num == 0:
+                raise _Bad("", "field number 0")
+            if wire == 0:
+                val, pos = _read_varint(buf, pos, end, "")
+            elif wire == 2:
+                n, pos = _read_varint(buf, pos, end, "")
+                if pos + n > end:
+                    raise _Bad("", f"length {n} runs past the end of the message")
+                val, pos = buf[pos : pos + n], pos + n
+            elif wire == 1 or wire == 5:
+                size = 8 if wire == 1 else 4
+                if pos + size > end:
+                    raise _Bad("", "truncated fixed-width value")
+                val, pos = buf[pos : pos + size], pos + size
+            else:
+                raise _Bad("", f"unsupported wire type {wire}")
+            yield num, wire, val
+            num = 0
+    except _Bad as exc:
+        if exc.field:
+            raise
+        raise _Bad(f"{msg}.{num}" if num else f"{msg} field key", exc.what) from None
 
 
 def _signed(v: int, bits: int) -> int:
@@ -333,35 +344,39 @@ def _decode_attr(raw: bytes, msg: str) -> Attr:
         elif num == 2:
             a.doc = _text(val, f"{msg}.attr.doc_string")
         elif num in _ATTR_FIELDS:
-            kind = _ATTR_FIELDS[num]
-            fname = f"{msg}.attr[{a.name or '?'}].{kind}_val"
-            a.kind = kind
-            if kind == "string":
-                a.value = _text(val, fname)
-            elif kind == "bytes":
-                if wire != 2:
-                    raise _Bad(fname, "expected bytes")
-                a.value = bytes(val)
-            elif kind.endswith("_list"):
-                if wire != 2:
-                    raise _Bad(fname, "expected a list message")
-                base = kind[: -len("_list")]
-                items: list[Any] = []
-                for inum, iwire, ival in _fields(val, 0, len(val), fname):
-                    if inum != 1:
-                        continue
-                    if base == "string":
-                        items.append(_text(ival, fname))
-                    elif base == "bytes":
-                        items.append(bytes(ival))
-                    elif iwire == 2:
-                        items.extend(_packed(base, ival, fname))
-                    else:
-                        items.append(_scalar(base, iwire, ival, fname))
-                a.value = items
-            else:
-                a.value = _scalar(kind, wire, val, fname)
+            kind = a.kind = _ATTR_FIELDS[num]
+            try:  # errors are named after the attribute once caught (names cost time on every value)
+                a.value = _attr_value(kind, wire, val)
+            except _Bad as exc:
+                raise _Bad(f"{msg}.attr[{a.name or '?'}].{kind}_val", exc.what) from None
     return a
+
+
+def _attr_value(kind: str, wire: int, val: Any) -> Any:
+    if kind == "string":
+        return _text(val, "")
+    if kind == "bytes":
+        if wire != 2:
+            raise _Bad("", "expected bytes")
+        return bytes(val)
+    if not kind.endswith("_list"):
+        return _scalar(kind, wire, val, "")
+    if wire != 2:
+        raise _Bad("", "expected a list message")
+    base = kind[: -len("_list")]
+    items: list[Any] = []
+    for inum, iwire, ival in _fields(val, 0, len(val), ""):
+        if inum != 1:
+            continue
+        if base == "string":
+            items.append(_text(ival, ""))
+        elif base == "bytes":
+            items.append(bytes(ival))
+        elif iwire == 2:
+            items.extend(_packed(base, ival, ""))
+        else:
+            items.append(_scalar(base, iwire, ival, ""))
+    return items
 
 
 def _decode_io(raw: bytes, fname: str) -> IOInfo:
@@ -500,8 +515,8 @@ def read_et(path: str) -> tuple[GlobalMetadata, list[Node]]:
 def looks_like_et(head: bytes) -> bool:
     """Whether the (decompressed) first bytes of a file are a GlobalMetadata message followed by
     the start of a Node: the sniff of the format."""
-    if head[:1] in (b"{", b"[") or not head:
-        return False
+    if not head or head.lstrip()[:1] in (b"{", b"[") or head.startswith((b"SQLite format 3\x00", b"PAR1")):
+        return False  # JSON, an SQLite database, a Parquet file
     try:
         n, pos = _read_varint(head, 0, len(head), "length")
         if n > 1 << 16 or pos + n > len(head):

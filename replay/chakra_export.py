@@ -149,7 +149,6 @@ def build_nodes(graph: OpGraph, start: np.ndarray, trace: str = "") -> tuple[dic
         attrs = [
             Attr("is_cpu_op", "bool", on_cpu),
             Attr("fastrack_kind", "string", graph.kind_label(int(graph.kind[i]))),
-            Attr("fastrack_category", "string", Category(int(graph.category[i])).label),
             Attr("fastrack_op_id", "int64", int(graph.op_id[i])),
             Attr("fastrack_dur_ns", "int64", dur),
             Attr("fastrack_start_ns", "int64", st),
@@ -160,8 +159,7 @@ def build_nodes(graph: OpGraph, start: np.ndarray, trace: str = "") -> tuple[dic
                 attrs.append(Attr("tid", "int64", int(lanes.key[lane])))
             elif ltype == LaneType.STREAM:
                 attrs.append(Attr("stream", "int64", int(lanes.key[lane])))
-            attrs += [Attr("fastrack_lane", "int64", lane), Attr("fastrack_lane_type", "string", ltype.label),
-                      Attr("fastrack_lane_name", "string", str(lanes.names[lane]))]
+            attrs.append(Attr("fastrack_lane", "int64", lane))  # names and types: in the GlobalMetadata
         nbytes = int(graph.bytes[i])
         if ntype in (NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE):
             attrs.append(Attr("tensor_size", "uint64", nbytes))
@@ -215,6 +213,8 @@ class ChakraExporter(Exporter):
                 Attr("fastrack_protocol", "string", job.protocol),
                 Attr("fastrack_trace", "string", Path(job.trace).name if job.trace else ""),
                 Attr("fastrack_time_unit", "string", "duration_micros/start_time_micros in us; fastrack_*_ns in ns"),
+                Attr("fastrack_lane_names", "string_list", [str(x) for x in graph.lanes.names]),
+                Attr("fastrack_lane_types", "string_list", [LaneType(int(x)).label for x in graph.lanes.type]),
             ])
             with atomic_path(out / et_file(r)) as tmp, open(tmp, "wb") as fh:
                 write_et(fh, meta, per_rank[r])

@@ -148,8 +148,9 @@ def test_export_collectives_one_file_per_rank(tmp_path):
     assert summary["files"] == [et_file(0), et_file(1)]
     colls = []
     for r in (0, 1):
-        _, nodes = et.read_et(str(out / et_file(r)))
-        assert {n.attr("fastrack_lane_name").split("/")[0] for n in nodes} == {f"rank{r}"}
+        meta, nodes = et.read_et(str(out / et_file(r)))
+        lanes = meta.attr("fastrack_lane_names")
+        assert {lanes[n.attr("fastrack_lane")].split("/")[0] for n in nodes} == {f"rank{r}"}
         colls += [n for n in nodes if n.type == NodeType.COMM_COLL_NODE]
     assert len(colls) == 2
     for n in colls:  # type, size and group come from the trace's coll_* columns
