@@ -87,13 +87,13 @@ def node_type(graph: OpGraph, i: int) -> tuple[NodeType, bool]:
         return NodeType.COMM_COLL_NODE, False
     if kind in _HOST_KINDS:
         return NodeType.COMP_NODE, True
-    if kind == OpKind.MEMCPY or ltype in (LaneType.PCIE_H2D, LaneType.PCIE_D2H):
+    if ltype == LaneType.PCIE_H2D:
+        return NodeType.MEM_LOAD_NODE, False
+    if ltype == LaneType.PCIE_D2H:
+        return NodeType.MEM_STORE_NODE, False
+    if kind == OpKind.MEMCPY:  # a copy of the trace, wherever the protocol put it
         d = int(graph.copy_dir[i])
-        if ltype == LaneType.PCIE_H2D or (ltype is None or ltype == LaneType.STREAM) and d == CopyDir.H2D:
-            return NodeType.MEM_LOAD_NODE, False
-        if ltype == LaneType.PCIE_D2H or (ltype is None or ltype == LaneType.STREAM) and d == CopyDir.D2H:
-            return NodeType.MEM_STORE_NODE, False
-        return NodeType.COMP_NODE, False
+        return {CopyDir.H2D: NodeType.MEM_LOAD_NODE, CopyDir.D2H: NodeType.MEM_STORE_NODE}.get(d, NodeType.COMP_NODE), False
     if kind < 16:  # kernel, memset
         return NodeType.COMP_NODE, False
     if ltype is not None:
