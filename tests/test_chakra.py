@@ -215,6 +215,9 @@ def test_foreign_chakra_file_times_and_dependency_kinds(tmp_path):
                     Attr("comm_size", "int64", 4096)]),
         Node(id=5, name="aten::add", type=NodeType.COMP_NODE, data_deps=[2, 4], duration_micros=2,
              attrs=[Attr("is_cpu_op", "bool", True), Attr("tid", "int64", 1)]),
+        # launched by aten::mm too, but its stream is busy with gemm until 40 us (stream from tid)
+        Node(id=6, name="gemm2", type=NodeType.COMP_NODE, data_deps=[2], duration_micros=1,
+             attrs=[Attr("is_cpu_op", "bool", False), Attr("tid", "int64", 7)]),
     ]
     path = tmp_path / "job.0.et"
     with open(path, "wb") as f:
@@ -224,11 +227,15 @@ def test_foreign_chakra_file_times_and_dependency_kinds(tmp_path):
     t = imp.table
     row = {n: k for k, n in enumerate(ids)}
     start = t.column("start_ns").to_numpy()
-    assert [int(start[row[n]]) for n in (2, 3, 4, 5)] == [0, 10_000, 40_000, 45_000]  # as soon as possible
+    # as soon as possible, one node at a time per thread and per stream
+    assert [int(start[row[n]]) for n in (2, 3, 4, 5, 6)] == [0, 10_000, 40_000, 45_000, 40_000]
     kinds = t.column("dep_kinds").to_pylist()
     assert kinds[row[2]] == []  # the metadata node is dropped, the edge through it too
     assert kinds[row[3]] == [DepKind.LAUNCH] and kinds[row[4]] == [DepKind.EVENT]
     assert sorted(kinds[row[5]]) == [DepKind.PROGRAM, DepKind.SYNC]
+    deps = t.column("deps").to_pylist()
+    assert sorted(zip((ids[d] for d in deps[row[6]]), kinds[row[6]])) == [(2, DepKind.LAUNCH), (3, DepKind.STREAM)]
+    assert t.column("stream").to_pylist()[row[6]] == 7
     k4 = row[4]
     assert t.column("kind").to_pylist()[k4] == "collective" and t.column("coll_type").to_pylist()[k4] == "all_reduce"
     assert t.column("coll_bytes").to_pylist()[k4] == 4096

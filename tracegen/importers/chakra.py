@@ -15,10 +15,13 @@ Mapping (docs/chakra.md):
   caller -> callee relation in Chakra's PyTorch converter, not an execution order, and are ignored.
   Dependency kinds come from ``fastrack_dep_kinds`` when present, else from the two ends:
   host -> host ``program``, host -> GPU ``launch``, GPU -> host ``sync``, GPU -> GPU ``stream``
-  on one stream and ``event`` across streams.
+  on one stream and ``event`` across streams; a file without ``fastrack_dep_kinds`` also gets
+  the thread and stream orders a trace states (``program``/``stream`` on the previous node of the
+  same thread or stream, by start).
 * Times: ``fastrack_dur_ns``/``fastrack_start_ns`` when present (exact), else ``duration_micros`` and
   ``start_time_micros`` x 1000. A file whose nodes all have ``start_time_micros`` 0 (Chakra's
-  converter does not set it) gets as-soon-as-possible starts from its dependencies and durations.
+  converter does not set it) gets as-soon-as-possible starts from its dependencies, durations
+  and one node at a time per thread and per stream.
 * Threads and streams: the ``tid`` and ``stream`` attributes, else (nodes of other lanes in
   exports) ``SYNTHETIC_LANE_BASE`` + the ``fastrack_lane`` index, else 0.
 * Collectives are matched across ranks by ``fastrack_group`` when present, else by (``pg_name``,
@@ -27,6 +30,7 @@ Mapping (docs/chakra.md):
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import zlib
@@ -167,6 +171,8 @@ def _file_rows(path: str, nodes: list[Node], rank: int) -> list[dict[str, Any]]:
         lane = _int_attr(n, "fastrack_lane", path, nonneg=True)
         host = kind in _HOST
         key = _int_attr(n, "tid" if host else "stream", path)
+        if key is None and not host:  # Chakra's older converter put a GPU op's stream (Kineto tid) in tid
+            key = _int_attr(n, "tid", path)
         if key is None:
             key = SYNTHETIC_LANE_BASE + lane if lane is not None else 0
         deps = real_deps(n.id)
@@ -198,29 +204,48 @@ def _file_rows(path: str, nodes: list[Node], rank: int) -> list[dict[str, Any]]:
 
 
 def _asap(rows: list[dict[str, Any]], path: str) -> None:
-    """Starts for a file without times: each node starts when its last local dependency ends."""
+    """Starts for a file without times: nodes are placed in dependency order (ties: file order),
+    each as soon as its local dependencies have finished and its thread or stream is free (one
+    node at a time per thread and per stream, as the replay serves them)."""
     idx = {r["node"]: i for i, r in enumerate(rows)}
-    finish: dict[int, int] = {}
-    state: dict[int, int] = {}
-    for r0 in rows:
-        stack = [r0["node"]]
-        while stack:
-            nid = stack[-1]
-            if nid in finish:
-                stack.pop()
-                continue
-            state[nid] = 1
-            pending = [d for d in rows[idx[nid]]["deps"] if d not in finish]
-            for d in pending:
-                if state.get(d) == 1:
-                    raise TraceFormatError(f"node {d}: field 'Node.data_deps' forms a cycle", path=path)
-            if pending:
-                stack.extend(pending)
-                continue
-            r = rows[idx[nid]]
-            r["start_ns"] = max((finish[d] for d in r["deps"]), default=0)
-            finish[nid] = r["start_ns"] + r["dur_ns"]
-            stack.pop()
+    waiting = [len(r["deps"]) for r in rows]
+    users: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        for d in r["deps"]:
+            users[idx[d]].append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    finish = [0] * len(rows)
+    free: dict[tuple, int] = {}
+    done = 0
+    while ready:
+        i = heapq.heappop(ready)
+        r = rows[i]
+        lane = ("t", r["thread"]) if r["kind"] in _HOST else ("s", r["stream"])
+        r["start_ns"] = max([free.get(lane, 0)] + [finish[idx[d]] for d in r["deps"]])
+        finish[i] = free[lane] = r["start_ns"] + r["dur_ns"]
+        done += 1
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if done < len(rows):
+        stuck = next(r["node"] for i, r in enumerate(rows) if waiting[i] > 0)
+        raise TraceFormatError(f"node {stuck}: field 'Node.data_deps' is part of a dependency cycle", path=path)
+
+
+def _lane_order(rows: list[dict[str, Any]]) -> None:
+    """``program`` (host) and ``stream`` (GPU) dependencies on the previous node of the same
+    thread or stream, by start (docs/conventions.md rule 2): Chakra states only the dependencies
+    of its converter, while a trace states these orders too."""
+    last: dict[tuple, dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: (r["start_ns"], r["node"])):
+        host = r["kind"] in _HOST
+        lane = ("t", r["thread"]) if host else ("s", r["stream"])
+        prev = last.get(lane)
+        if prev is not None and prev["node"] not in r["deps"]:
+            r["order_deps"].append((prev["node"], int(DepKind.PROGRAM if host else DepKind.STREAM)))
+        last[lane] = r
 
 
 def _default_kind(src: dict[str, Any], dst: dict[str, Any]) -> int:
@@ -294,6 +319,9 @@ def read_with_ids(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> tup
         for r in frows:
             r["start_ns"] -= base
             r["file"] = i
+            r["order_deps"] = []
+        if all(r["dep_kinds"] is None for r in frows):  # a foreign file: state the lane orders
+            _lane_order(frows)
         rows.extend(frows)
     # resolve dependencies to row indices
     local = {(r["file"], r["node"]): k for k, r in enumerate(rows)}
@@ -304,6 +332,8 @@ def read_with_ids(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> tup
         for pos, d in enumerate(r["deps"]):
             j = local[(r["file"], d)]
             r["edges"].append((j, kinds[pos] if kinds is not None else _default_kind(rows[j], r)))
+        for d, k in r["order_deps"]:
+            r["edges"].append((local[(r["file"], d)], k))
         for d, k in zip(r["remote"], r["remote_kinds"] or [int(DepKind.EVENT)] * len(r["remote"])):
             if d not in glob:
                 raise TraceFormatError(f"node {r['node']}: field 'attr.fastrack_remote_deps' names node {d}, which "
