@@ -344,6 +344,28 @@ def test_pytorch_et_bad_input_one_line_exit_2_nothing_written(tmp_path, case):
     assert not out.exists()
 
 
+def test_pytorch_et_newer_schema_attrs_and_collectives(tmp_path):
+    # the shape of schemas >= 1.0.2: ids and tids in "attrs", inputs as {"values", "shapes", "types"}
+    tensor = [10, 11, 0, 1000, 2, "cuda:0"]
+    doc = {"schema": "1.1.1-chakra.0.0.4", "pid": 7, "time": "t", "start_ts": 0, "finish_ts": 1, "nodes": [
+        {"id": 1, "name": "[pytorch|profiler|execution_trace|thread]", "ctrl_deps": 0,
+         "attrs": [{"name": "rf_id", "type": "uint64", "value": 0}, {"name": "tid", "type": "uint64", "value": 1}]},
+        {"id": 2, "name": "record_param_comms", "ctrl_deps": 1,
+         "inputs": {"values": [[tensor, tensor], 41, ["0", "default_pg"], 0, "allreduce", [], []]},
+         "attrs": [{"name": "rf_id", "type": "uint64", "value": 5}, {"name": "tid", "type": "uint64", "value": 1}]}]}
+    p = tmp_path / "et.json"
+    p.write_text(json.dumps(doc))
+    assert pytorch_et.sniff(p)
+    got = pytorch_et.read_et(str(p))
+    assert [(o.id, o.rf_id, o.tid) for o in got.ops] == [(2, 5, 1)]  # the thread root is not an operator
+    assert pytorch_et.collective_info(got.ops[0]) == ("all_reduce", 2 * 1000 * 2, 41)
+
+
+def test_pytorch_et_format_given_for_a_kineto_file(tmp_path):
+    res = convert(sorted(KINETO.iterdir())[0], "-o", tmp_path / "o.parquet", "--format", "pytorch-et")
+    assert res.exit_code == 2 and "field 'schema'" in res.output and str(sorted(KINETO.iterdir())[0]) in res.output
+
+
 def test_pytorch_et_without_kineto_is_refused(tmp_path):
     out = tmp_path / "out.parquet"
     res = convert(ET_DIR / "dlrm_eg_0.json.gz", "-o", out)

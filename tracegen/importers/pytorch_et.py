@@ -347,7 +347,8 @@ def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
     et_paths = [p for p in files if _is_et(p)]
     k_paths = [p for p in files if p not in et_paths]
     if not et_paths:
-        raise TraceFormatError("no PyTorch ET among the inputs")
+        raise TraceFormatError("not a PyTorch ET (field 'schema' missing at the top of the JSON), and no other input "
+                               "is one", path=files[0] if files else None)
     ets = [read_et(p) for p in et_paths]
     if not k_paths:
         raise TraceFormatError("PyTorch ET holds no operator timings; give the Kineto trace of the same run too "
