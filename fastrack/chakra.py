@@ -513,24 +513,36 @@ def read_et(path: str) -> tuple[GlobalMetadata, list[Node]]:
 
 
 def looks_like_et(head: bytes) -> bool:
-    """Whether the (decompressed) first bytes of a file are a GlobalMetadata message followed by
-    the start of a Node: the sniff of the format."""
+    """Whether the (decompressed) first bytes of a file start a Chakra ET: a length prefix, then a
+    GlobalMetadata (its first field a short printable ``version`` or an ``attr`` that starts with
+    its name), then, when the head reaches it, a Node that starts with its id. The sniff of the
+    format."""
     if not head or head.lstrip()[:1] in (b"{", b"[") or head.startswith((b"SQLite format 3\x00", b"PAR1")):
         return False  # JSON, an SQLite database, a Parquet file
     try:
         n, pos = _read_varint(head, 0, len(head), "length")
-        if n > 1 << 16 or pos + n > len(head):
+        if n > MAX_MESSAGE_BYTES:
             return False
-        meta = decode_metadata(head[pos : pos + n])
-        if meta.version and not all(32 <= ord(c) < 127 for c in meta.version):
-            return False
+        if n:
+            key = head[pos : pos + 1]
+            m, p2 = _read_varint(head, pos + 1, len(head), "length")
+            if key == b"\x0a":  # version: a short printable string
+                text = head[p2 : p2 + m]
+                if m > 64 or len(text) < min(m, len(head) - p2) or not all(32 <= c < 127 for c in text):
+                    return False
+            elif key == b"\x12":  # attr: an AttributeProto, which starts with its name
+                if head[p2 : p2 + 1] not in (b"\x0a", b""):
+                    return False
+            else:
+                return False
+            if p2 + m > pos + n:
+                return False
         pos += n
         if pos >= len(head):
-            return n > 0 or len(head) == pos  # a metadata-only file
+            return True  # a metadata-only file, or a head that ends inside the metadata
         m, pos2 = _read_varint(head, pos, len(head), "length")
-        body = head[pos2 : pos2 + min(m, len(head) - pos2)]
-        return m > 0 and body[:1] == b"\x08"  # a Node starts with its id (field 1, varint)
-    except (_Bad, struct.error, UnicodeDecodeError):
+        return m > 0 and head[pos2 : pos2 + 1] in (b"\x08", b"")  # a Node starts with its id (field 1, varint)
+    except _Bad:
         return False
 
 

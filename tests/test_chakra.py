@@ -85,6 +85,16 @@ def test_codec_round_trips_every_attribute_kind():
     assert et.decode_metadata(frames[0][1]).attr("a") == "b"
 
 
+def test_sniff_reads_the_head_only():
+    buf = io.BytesIO()  # a GlobalMetadata much longer than any head the sniff reads
+    et.write_et(buf, GlobalMetadata(version="1.0.0", attrs=[Attr("lanes", "string_list", ["x" * 50] * 5000)]),
+                [Node(id=0, name="k", type=NodeType.COMP_NODE)])
+    data = buf.getvalue()
+    assert len(data) > 1 << 17 and all(et.looks_like_et(data[:k]) for k in (12, 100, 1 << 16, len(data)))
+    for head in (b'{"traceEvents": []}', b"SQLite format 3\x00" + bytes(100), b"PAR1" + bytes(100), b"\x05hello"):
+        assert not et.looks_like_et(head)
+
+
 def test_codec_agrees_with_the_protobuf_package():
     pytest.importorskip("google.protobuf")
     from chakra_pb import messages

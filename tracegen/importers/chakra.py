@@ -47,7 +47,7 @@ from fastrack.schema import OP_KIND_BY_LABEL, DepKind, OpKind
 from fastrack.traceio import make_table, validate_table
 from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
 
-SNIFF_BYTES = 4096
+SNIFF_BYTES = 1 << 16
 SYNTHETIC_LANE_BASE = 1 << 32  # thread/stream id of an exported node on a lane that is no thread or stream
 _FILE_RE = re.compile(r"\.et(\.gz)?$", re.I)
 _RANK_RE = re.compile(r"\.(\d+)\.et(\.gz)?$", re.I)
