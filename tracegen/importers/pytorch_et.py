@@ -9,7 +9,7 @@ Chakra's trace linker does:
 
 * the ops, their timings and dependencies come from the Kineto trace (:mod:`tracegen.importers.kineto`);
 * the ET is linked to the Kineto CPU operators: by ``Record function id`` == ``rf_id`` when the
-  Kineto trace has it (PyTorch >= 2.1), else thread by thread in order (ET nodes by ``rf_id``,
+  Kineto trace has it (newer PyTorch), else thread by thread in order (ET nodes by ``rf_id``,
   Kineto ``cpu_op``/``user_annotation`` events by ``External id``) matching names, skipping
   unmatched ones (the DLRM files link 1672 of 1673 operators per rank this way);
 * what the ET adds: each collective's type, size (numel x element size of its tensors) and c10d
