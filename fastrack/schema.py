@@ -142,7 +142,7 @@ ARROW_SCHEMA = pa.schema([pa.field(n, t, nullable=nul) for n, (t, nul, _) in COL
 # File-level metadata: only these keys are ever written (whitelist). Values are JSON types.
 METADATA_FIELDS: dict[str, str] = {
     "schema_version": "int: this schema's version (1)",
-    "source_format": "str: kineto-json | nsys-sqlite | capture-profiler | capture-emulated | synthetic",
+    "source_format": "str: kineto-json | nsys-sqlite | pytorch-et | chakra-et | capture-profiler | capture-emulated | synthetic",
     "source_files": "list[str]: base names of the input files (no directories)",
     "capture_tool": "str: program that recorded the trace (e.g. 'PyTorch Profiler', 'nsys')",
     "tool_versions": "dict[str,str]: versions of the capture stack (pytorch, cuda_runtime, cupti, ...)",

@@ -1,4 +1,4 @@
-"""``tracegen convert``: import profiler traces (Kineto JSON, Nsight SQLite) into a Parquet trace.
+"""``tracegen convert``: import traces (Kineto JSON, Nsight SQLite, PyTorch ET + Kineto, Chakra ET) into Parquet.
 
 Library entry point: :func:`convert`. The command wraps it with one-line errors (exit code 2);
 the output is written atomically, so a failed run leaves no file behind.
@@ -18,7 +18,7 @@ from fastrack.cli_support import reports_errors
 from fastrack.errors import TraceFormatError
 from fastrack.outputs import check_input_path, check_output_path
 
-FORMATS_CHOICES = ("auto", "kineto", "nsys")  # "auto" + the keys of tracegen.importers.FORMATS
+FORMATS_CHOICES = ("auto", "chakra", "pytorch-et", "kineto", "nsys")  # "auto" + the keys of tracegen.importers.FORMATS
 
 
 @dataclass
@@ -75,6 +75,8 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
         check_input_path(p, allow_dir=True)
     if fmt == "auto":
         kinds = {p: detect_format(p) for p in inputs}
+        if set(kinds.values()) == {"pytorch-et", "kineto"}:  # a PyTorch ET is read with its Kineto trace
+            kinds = {p: "pytorch-et" for p in inputs}
         if len(set(kinds.values())) > 1:
             desc = ", ".join(f"{Path(p).name} ({k})" for p, k in kinds.items())
             raise TraceFormatError(f"inputs mix formats: {desc}")
@@ -84,7 +86,7 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
     imp = FORMATS[fmt].read(inputs)
     label = imp.files[0] if len(imp.files) == 1 else inputs[0] if len(inputs) == 1 else None
     stage("dependencies")
-    table = derive_dependencies(imp.raw, path=label)
+    table = imp.table if imp.table is not None else derive_dependencies(imp.raw, path=label)
     stage("write")
     path = write_trace(output, table, imp.metadata)
     ranks = len(pc.unique(table.column("rank")))
@@ -97,7 +99,8 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="Parquet trace to write.")
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS_CHOICES), default="auto", show_default=True,
-    help="Input format; auto detects Kineto JSON (plain/gzip), Nsight SQLite and directories of rank files.",
+    help="Input format; auto detects Kineto JSON (plain/gzip), Nsight SQLite, PyTorch ET (with its Kineto trace), "
+         "Chakra ET (.et) and directories of rank files.",
 )  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists (never an input, a link or a non-file).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Callable, NamedTuple, Sequence
 
-from tracegen.importers import kineto, nsys
+from tracegen.importers import chakra, kineto, nsys, pytorch_et
 from tracegen.importers.common import RawImport
 
 
@@ -20,6 +20,8 @@ class Importer(NamedTuple):
 
 
 FORMATS: dict[str, Importer] = {
+    "chakra": Importer(chakra.sniff, chakra.read),  # MLCommons Chakra ET protobuf (plain/gzip, or a directory of .et)
+    "pytorch-et": Importer(pytorch_et.sniff, pytorch_et.read),  # PyTorch ET JSON + the Kineto trace of the same run
     "kineto": Importer(kineto.sniff, kineto.read),  # PyTorch profiler JSON (plain/gzip, or a directory)
     "nsys": Importer(nsys.sniff, nsys.read),  # Nsight Systems SQLite export
 }

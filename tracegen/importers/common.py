@@ -33,6 +33,9 @@ class RawImport:
     metadata: dict[str, Any]  # whitelisted metadata
     num_events: int  # records read from the input(s)
     files: list[str]  # the files read (a directory expanded)
+    # a finished schema-v1 table, for formats that state their dependencies (Chakra ET): the
+    # converter writes it as it is instead of deriving dependencies from ``raw``
+    table: Any = None
 
 
 def read_head(path: str | os.PathLike, n: int = HEAD_BYTES) -> bytes:
