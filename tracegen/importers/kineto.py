@@ -52,6 +52,7 @@ import pandas as pd
 from fastrack.errors import TraceFormatError
 from fastrack.schema import CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
+from tracegen.importers.jsondepth import DepthGuard
 from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
 
 try:  # the C backend is ~10x faster than the pure-Python one; ijson picks it by default
@@ -146,15 +147,20 @@ class _Counted:
     """File wrapper that knows where the parser is: bytes and lines before the chunk read last,
     and the last two chunks, so a JSON error can be reported by position (never by content)."""
 
-    __slots__ = ("f", "before", "lines", "prev", "last", "nonfinite")
+    __slots__ = ("f", "path", "before", "lines", "prev", "last", "nonfinite", "guard")
 
-    def __init__(self, f):
-        self.f, self.before, self.lines, self.prev, self.last = f, 0, 0, b"", b""
+    def __init__(self, f, path: str):
+        self.f, self.path, self.before, self.lines, self.prev, self.last = f, path, 0, 0, b"", b""
         self.nonfinite = False
+        self.guard = DepthGuard(MAX_JSON_DEPTH)
 
     def read(self, n: int = -1) -> bytes:
         data = self.f.read(n)
         if data:
+            at = self.guard.feed(data)
+            if at >= 0:
+                raise TraceFormatError(f"a JSON value at byte {at:,} is nested deeper than {MAX_JSON_DEPTH} levels",
+                                       path=self.path)
             self.before += len(self.prev)
             self.lines += self.prev.count(b"\n")
             self.prev, self.last = self.last, data
@@ -214,7 +220,7 @@ def _read_head(path: str) -> tuple[dict[str, Any], str | None]:
     """Whitelisted top-level keys before ``traceEvents`` and the events prefix (None: no events)."""
     head: dict[str, Any] = {}
     with _open(path) as raw:
-        f = _Counted(raw)
+        f = _Counted(raw, path)
         try:
             events = _backend.parse(f)
             first = next(events, None)
@@ -334,7 +340,7 @@ def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
     cats = _CATS
     n = 0
     with _open(path) as raw:
-        counted = _Counted(raw)
+        counted = _Counted(raw, path)
         reader = _TailReader(counted)
         try:
             for ev in _backend.items(reader, prefix, use_float=True):
@@ -474,7 +480,9 @@ def _ints(values: Iterable, default: int = -1) -> np.ndarray:
         elif isinstance(v, int):
             out[i] = v if -(2**63) <= v < 2**63 else default
         elif isinstance(v, float):
-            out[i] = int(v) if np.isfinite(v) else default
+            out[i] = int(v) if np.isfinite(v) and abs(v) < 2.0**63 else default
+        elif not isinstance(v, str):
+            raise TraceFormatError(f"an event has a JSON {_json_type(v)} where a number or a label belongs")
         else:
             r = cache.get(v)
             if r is None:
@@ -483,6 +491,17 @@ def _ints(values: Iterable, default: int = -1) -> np.ndarray:
                 cache[v] = r
             out[i] = r
     return out
+
+
+def _json_type(v: Any) -> str:
+    return {dict: "object", list: "array", str: "string"}.get(type(v), type(v).__name__)
+
+
+def _check_names(rows: list, index: int, path: str) -> None:
+    """Every event's ``name`` is a string (a list or an object would reach every later step)."""
+    for r in rows:
+        if type(r[index]) is not str:
+            raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(r[index])}, expected a string", path=path)
 
 
 def _coll_type(name: str | None) -> str | None:
@@ -549,6 +568,8 @@ def _frame(fd: _FileData) -> pd.DataFrame:
         raise TraceFormatError(
             f"empty trace: no CUDA runtime calls and no GPU operations among {fd.num_events} events", path=path
         )
+    for rows, index in ((fd.rt, 0), (fd.gpu, 1), (fd.ann, 1)):
+        _check_names(rows, index, path)
     base = float(np.floor(np.min(_num(all_ts, "ts", ["?"] * len(all_ts), path)))) if all_ts else 0.0
     parts = []
 
@@ -782,7 +803,12 @@ def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
             raise TraceFormatError(f"rank {fd.rank} appears twice: in {by_rank[fd.rank]} and in {p}", path=p)
         by_rank[fd.rank] = p
         with no_gc():
-            frames.append(_frame(fd))
+            try:
+                frames.append(_frame(fd))
+            except TraceFormatError as exc:  # a helper that does not know the file: name it here
+                if exc.path is None:
+                    exc.path = p
+                raise
         fd.gpu = fd.rt = fd.sync = fd.ann = fd.rpc = []  # free memory early
         datas.append(fd)
     sizes = {fd.world_size for fd in datas if fd.world_size is not None}

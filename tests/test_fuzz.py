@@ -1,0 +1,33 @@
+"""The fuzzer of benchmarks/fuzz.py as tests: a short seeded run by default, the 2,000-case CI run
+in the slow pass (docs/robustness.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FUZZ = Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz.py"
+
+
+def _run(cases: int, seed: int, timeout: float) -> dict:
+    r = subprocess.run([sys.executable, str(FUZZ), "--cases", str(cases), "--seed", str(seed), "--json"],
+                       capture_output=True, text=True, timeout=timeout)
+    summary = json.loads(r.stdout[r.stdout.index("{"):])
+    assert r.returncode == 0 and summary["failing"] == 0, r.stderr[-3000:]
+    return summary
+
+
+def test_a_short_seeded_fuzz_run_keeps_the_bad_input_contract():
+    s = _run(24, 11, 600)
+    assert s["cases"] == 24 and set(s["exit_codes"]) <= {"0", "2"}
+
+
+@pytest.mark.slow
+def test_the_ci_fuzz_run_of_2000_cases():
+    s = _run(2000, 1, 3600)
+    assert s["cases"] == 2000
+    assert int(s["exit_codes"].get("2", 0)) > 1000  # most mutations must be refused, not accepted silently
