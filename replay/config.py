@@ -311,24 +311,26 @@ def _parse_overrides(secs: dict[str, type], overrides) -> list[tuple[str, str, A
         items = []
         for text in overrides:
             if not isinstance(text, str) or "=" not in text:
-                raise ConfigError(f"--set {text!r}: expected SECTION.KEY=VALUE (e.g. pcie.latency_ns=900)")
+                raise ConfigError("--set: expected SECTION.KEY=VALUE (e.g. pcie.latency_ns=900)")
             k, v = text.split("=", 1)
             items.append((k.strip(), v.strip(), text))
     out = []
-    for dotted, value, text in items:
+    for dotted, value, text in items:  # messages name the key, never the value (it may come from a file)
+        dotted = str(dotted)
+        shown = dotted if len(dotted) <= 60 else dotted[:57] + "..."
         if dotted.count(".") != 1:
-            raise ConfigError(f"--set {text}: expected SECTION.KEY=VALUE (e.g. pcie.latency_ns=900)")
+            raise ConfigError(f"--set {shown}: expected SECTION.KEY=VALUE (e.g. pcie.latency_ns=900)")
         table, key = dotted.split(".")
         if table not in secs:
-            raise ConfigError(f"--set {text}: " + _unknown_msg(None, table, list(secs)))
+            raise ConfigError(f"--set {shown}: " + _unknown_msg(None, table, list(secs)))
         flds = fields_of(secs[table])
         if key not in flds:
-            raise ConfigError(f"--set {text}: " + _unknown_msg(table, key, list(flds)))
+            raise ConfigError(f"--set {shown}: " + _unknown_msg(table, key, list(flds)))
         f = flds[key]
         typ = field_type(secs[table], f)
         if isinstance(value, str):
-            value = _parse_text(value, typ, f"--set {text}")
-        out.append((table, key, _check_value(secs[table], f, value, f"--set {text}", None), text))
+            value = _parse_text(value, typ, f"--set {shown}")
+        out.append((table, key, _check_value(secs[table], f, value, f"--set {shown}", None), text))
     return out
 
 
@@ -354,7 +356,7 @@ def _parse_text(text: str, typ: type, label: str) -> Any:
     except ValueError:
         hint = " (an integer; the unit is in the key name)" if typ is int else \
             " (a number; the unit is in the key name)" if typ is float else ""
-        raise ConfigError(f"{label}: expected {_type_name(typ)}{hint}, got {t!r}") from None
+        raise ConfigError(f"{label}: expected {_type_name(typ)}{hint}, got {_show(t)}") from None
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
         t = t[1:-1]
     return t

@@ -184,9 +184,9 @@ def test_set_overrides_with_type_checks():
 @pytest.mark.parametrize("text, expect", [
     ("pcie.bandwidth_gb_s=32", r"\[pcie\] unknown key 'bandwidth_gb_s'.*known keys: h2d_bandwidth_gb_s"),
     ("pcie.latency_us=3", r"did you mean 'latency_ns'"),
-    ("pcie.latency_ns=fast", r"--set pcie.latency_ns=fast: expected an integer .*got 'fast'"),
+    ("pcie.latency_ns=fast", r"--set pcie.latency_ns: expected an integer .*got str of 4 characters"),
     ("pcie.latency_ns=1.5", r"expected an integer"),
-    ("bounce.slots=0", r"--set bounce.slots=0: must be >= 1"),
+    ("bounce.slots=0", r"--set bounce.slots: must be >= 1, got int 0"),
     ("pcie.latency_ns", r"expected SECTION.KEY=VALUE"),
     ("latency_ns=3", r"expected SECTION.KEY=VALUE"),
     ("nvlink.bandwidth_gb_s=3", r"unknown table \[nvlink\]"),
