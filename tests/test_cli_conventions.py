@@ -90,8 +90,10 @@ def test_convert_json_summary(tmp_path, data_dir):
 
 def test_quiet_and_verbose(tmp_path, trace):
     args = ["sweep", str(trace), "--protocols", "baseline", "-o", str(tmp_path / "s.parquet"), "-j", "1"]
-    r = CliRunner().invoke(replay_main, args)
-    assert r.exit_code == 0 and "points, 0 already done" in r.output  # the sweep's plan, logged at INFO
+    r = CliRunner().invoke(replay_main, ["-v", *args])
+    assert r.exit_code == 0 and "points, 0 already done" in r.output  # the sweep's plan, logged at DEBUG (-v)
+    r = CliRunner().invoke(replay_main, [*args, "--overwrite"])
+    assert r.exit_code == 0 and "points, " not in r.output  # an error after it would not be one line
     r = CliRunner().invoke(replay_main, ["-q", *args])
     assert r.exit_code == 0 and "already done" in r.output and "points, " not in r.output.split("wrote")[0]
     # -q/-v before an implicit `run` still reach the group

@@ -194,7 +194,7 @@ def command(traces, study, protocols, presets, model, overrides, output, executo
     if not output:
         raise ConfigError("no output file: give -o results.parquet (or [study] output in the study file)")
     rep = run_sweep(spec, output, executor=executor, jobs=jobs, overwrite=overwrite, progress=progress_default(progress),
-                    dask_timeout=dask_timeout, log=logging.getLogger(__name__).info)
+                    dask_timeout=dask_timeout, log=logging.getLogger(__name__).debug)  # -v: errors stay one line
     if as_json:
         click.echo(json.dumps(dict(dataclasses.asdict(rep), points_per_s=rep.points_per_s), sort_keys=True))
         return
