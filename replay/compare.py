@@ -16,7 +16,9 @@ from fastrack.errors import ConfigError
 from replay.dataparallel import DEFAULT_BUCKET_MB
 from replay.graph import Category
 from replay.names import NONE
-from replay.options import complete_protocols, data_parallel_options, json_option, model_options, scale_option
+from replay.options import (
+    check_outputs, complete_protocols, data_parallel_options, json_option, model_options, overwrite_option, scale_option,
+)
 from replay.plugins import DEFAULT_MODEL
 from replay.report import fmt_ns
 
@@ -155,11 +157,13 @@ def plot_breakdown(d: dict[str, Any], path: str) -> None:
               help="Write a stacked critical-path chart, one bar per protocol and the none reference (.png, .svg, .pdf).")
 @data_parallel_options
 @scale_option
+@overwrite_option
 @reports_errors
-def command(trace, protocols, model, preset, overrides, as_json, plot, data_parallel, bucket_mb, scale):
+def command(trace, protocols, model, preset, overrides, as_json, plot, data_parallel, bucket_mb, scale, overwrite):
     """Replay TRACE under several protocols and compare makespan, slowdown and breakdown."""
     from replay.whatif import parse_scales
 
+    check_outputs([plot], [trace], overwrite)
     if plot:
         from replay.figures import check_format
 

@@ -102,6 +102,28 @@ def data_parallel_options(func):
     return func
 
 
+def overwrite_option(func):
+    """``--overwrite`` -> ``overwrite`` (for commands that write files)."""
+    return click.option("--overwrite", is_flag=True,
+                        help="Replace output files that exist (never a link, a directory, a device or an input).")(func)
+
+
+def check_outputs(outputs, inputs=(), overwrite: bool = False) -> None:
+    """Refuse, before any work, every output that would destroy something (fastrack.outputs) and
+    two outputs on the same path. ``outputs``: paths, None for an output not asked for."""
+    import os
+
+    from fastrack.errors import ConfigError
+    from fastrack.outputs import check_output_path
+
+    given = [str(o) for o in outputs if o]
+    for o in given:
+        check_output_path(o, list(inputs), overwrite)
+    real = [os.path.realpath(o) for o in given]
+    if len(set(real)) < len(real):
+        raise ConfigError("two outputs name the same file; give each its own path")
+
+
 def json_option(func):
     """``--json`` -> ``as_json``."""
     return click.option("--json", "as_json", is_flag=True,

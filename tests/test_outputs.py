@@ -93,3 +93,49 @@ def test_synth_non_regular_output_is_refused_even_with_overwrite(paths, what):
     assert res.exit_code == 2, res.output
     assert len(res.stderr.strip().splitlines()) == 1 and str(paths[what]) in res.stderr
     assert paths["file"].read_bytes() == b"x"
+
+
+# ------------------------------------------------------------------- replay commands' outputs
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    from tracegen.cli import main as tracegen_main
+
+    p = tmp_path_factory.mktemp("t") / "t.parquet"
+    r = CliRunner().invoke(tracegen_main, ["synth", "random", "--ops", "120", "--seed", "5", "-o", str(p)])
+    assert r.exit_code == 0, r.output
+    return p
+
+
+def _replay_outputs(trace, out):
+    return {
+        "compare --plot": ["compare", str(trace), "--protocols", "none,baseline", "--plot", str(out)],
+        "sensitivity -o": ["sensitivity", str(trace), "--protocol", "baseline", "--factors", "2", "-o", str(out), "-j", "1"],
+        "sensitivity --plot": ["sensitivity", str(trace), "--protocol", "baseline", "--factors", "2", "--plot", str(out),
+                               "-j", "1"],
+    }
+
+
+@pytest.mark.parametrize("command", ["compare --plot", "sensitivity -o", "sensitivity --plot"])
+@pytest.mark.parametrize("target", ["input", "link", "existing"])
+def test_replay_outputs_never_destroy_anything(tmp_path, small_trace, command, target):
+    from replay.cli import main as replay_main
+
+    trace = tmp_path / "in.parquet"
+    trace.write_bytes(small_trace.read_bytes())
+    suffix = ".parquet" if command.endswith("-o") else ".png"
+    out = {"input": trace, "link": tmp_path / f"l{suffix}", "existing": tmp_path / f"e{suffix}"}[target]
+    if target == "link":
+        out.symlink_to(tmp_path / f"elsewhere{suffix}")
+    if target == "existing":
+        out.write_bytes(b"mine")
+    before = trace.read_bytes()
+    r = CliRunner().invoke(replay_main, _replay_outputs(trace, out)[command])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert trace.read_bytes() == before
+    if target == "link":
+        assert out.is_symlink() and not (tmp_path / f"elsewhere{suffix}").exists()
+    if target == "existing":
+        assert out.read_bytes() == b"mine" and "--overwrite" in r.output
+        r = CliRunner().invoke(replay_main, [*_replay_outputs(trace, out)[command], "--overwrite"])
+        assert r.exit_code == 0 and out.read_bytes() != b"mine"

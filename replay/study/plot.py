@@ -18,6 +18,7 @@ import click
 
 from fastrack.cli_support import reports_errors
 from fastrack.errors import ConfigError
+from replay.options import check_outputs, overwrite_option
 
 DIMENSIONS = ("trace", "preset", "protocol", "model")
 
@@ -225,10 +226,12 @@ def _legend_handles(hue, hues, colour, style, styles, split, others, marker_of_s
 @click.option("--logy", is_flag=True, help="Logarithmic y axis (base 10).")
 @click.option("--title", default=None, help="Figure title (default: no title).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Figure (.png, .svg, .pdf).")
+@overwrite_option
 @reports_errors
-def command(results, x, y, hue, style, facet, sharey, where, kind, logx, logy, title, output):
+def command(results, x, y, hue, style, facet, sharey, where, kind, logx, logy, title, output, overwrite):
     """Plot a study: METRIC against a parameter, one colour per --hue value, one line style per
     --style value, and a legend section for every other dimension that varies."""
+    check_outputs([output], [results], overwrite)
     n = plot_study(results, x, y, output, hue=hue or None, facet=facet, where=where, kind=kind, logx=logx, logy=logy,
                    title=title, style=style, sharey=sharey)
     click.echo(f"wrote {output} ({n} line(s))")

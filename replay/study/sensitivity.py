@@ -23,7 +23,9 @@ from fastrack.atomic import atomic_path
 from fastrack.cli_support import progress_default, reports_errors
 from fastrack.errors import ConfigError
 from replay.names import CAPTURED
-from replay.options import complete_protocols, executor_options, json_option, model_options
+from replay.options import (
+    check_outputs, complete_protocols, executor_options, json_option, model_options, overwrite_option,
+)
 from replay.plugins import DEFAULT_MODEL
 from replay.study.executors import batches, execute, open_executor
 from replay.study.points import ModelResolver, check_protocols, file_sha256, make_point
@@ -209,8 +211,8 @@ def plot_tornado(df, path: str, top: int = 20) -> None:
         ax.set_title(f"{str(a.get('trace', '')).rsplit('/', 1)[-1]}, {a.get('protocol')}, {a.get('preset')}")
         from matplotlib.patches import Patch
 
-        ax.legend([Patch(color=c) for c in cols], [f"parameter x{f:g}" for f in factors], loc="lower right",
-                  handlelength=1.2)
+        ax.legend([Patch(color=c) for c, _ in zip(cols, factors)], [f"parameter x{f:g}" for f in factors],
+                  loc="lower right", handlelength=1.2)
         save(fig, path, fmt)
 
 
@@ -247,9 +249,12 @@ def _factors(text: str) -> list[float]:
               help="Parameters shown in the printed table and the chart (the -o table and --json have all).")
 @executor_options
 @json_option
+@overwrite_option
 @reports_errors
-def command(trace, protocol, model, preset, overrides, factors, output, plot, top, executor, jobs, progress, as_json):
+def command(trace, protocol, model, preset, overrides, factors, output, plot, top, executor, jobs, progress, as_json,
+            overwrite):
     """Rank model parameters by their effect on TRACE's makespan under PROTOCOL (one at a time)."""
+    check_outputs([output, plot], [trace], overwrite)
     for o in overrides:
         if "=" not in o or "," in o.partition("=")[2]:
             raise ConfigError(f"--set {o!r}: expected SECTION.KEY=VALUE (one value; use replay sweep to sweep)")
