@@ -4,6 +4,7 @@ real traces embed tokens, and the parser's own message quotes the input)."""
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -57,3 +58,29 @@ def test_a_head_value_nested_too_deep_is_refused(tmp_path):
     path.write_text('{"deviceProperties": ' + "[" * 5000 + "]" * 5000 + ', "traceEvents": []}')
     r, _ = _convert(path, tmp_path)
     assert r.exit_code == 2 and "nested deeper than" in r.output
+
+
+def _tiny_doc():
+    import json as _json
+
+    return _json.loads(gzip.decompress((Path(__file__).parent / "data" / "a100_cuda_event_sync_tiny.json.gz").read_bytes()))
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda evs: evs[0].__setitem__("ts", -1.7e18), "a trace may span at most 13 days"),
+    (lambda evs: evs[0].__setitem__("ts", -1), "a trace may span at most 13 days"),
+    (lambda evs: evs[0].__setitem__("name", ["a", "b"]), "'name' is a JSON array, expected a string"),
+    (lambda evs: evs[0].__setitem__("tid", {"x": SECRET}), "a JSON object where a number or a label belongs"),
+    (lambda evs: evs[0].__setitem__("dur", SECRET), "non-numeric 'dur' (a str)"),
+])
+def test_wrong_values_in_events_are_refused_in_one_line(tmp_path, mutate, message):
+    import json as _json
+
+    doc = _tiny_doc()
+    mutate([e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cuda_runtime"])
+    path = tmp_path / "t.json"
+    path.write_text(_json.dumps(doc))
+    r, out = _convert(path, tmp_path)
+    msg = r.output.strip()
+    assert r.exit_code == 2 and not out.exists() and message in msg, msg
+    assert len(msg.splitlines()) == 1 and SECRET not in msg

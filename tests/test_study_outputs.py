@@ -154,3 +154,20 @@ def test_a_dask_scheduler_without_workers_fails_with_one_line(tmp_path, trace, f
         assert time.monotonic() - t < 30
     assert r.exit_code == 2 and "has no worker" in r.output and len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "o.parquet").exists() and not (tmp_path / "o.parquet.lock").exists()
+
+
+@pytest.mark.parametrize("text,message", [
+    ('[study]\nadd_none = "no"\n', "add_none: expected true or false"),
+    ("[study]\nprotocols = [1, 2]\n", "protocols: expected strings"),
+    ("[study]\nmodel = 3\n", "model: expected a string"),
+    ("study = 3\n", "[study] must be a table"),
+    ("grid = 3\n", "[grid] must be a table"),
+    ('[grid]\n"pcie.latency_ns" = [{a = 1}]\n', "expected numbers, strings or booleans"),
+    ("points = 3\n", "must be an array of tables"),
+    ('[[points]]\ntrace = 5\n', "must be a string or strings"),
+])
+def test_study_files_of_the_wrong_types_are_refused_in_one_line(tmp_path, trace, text, message):
+    study = tmp_path / "s.toml"
+    study.write_text(text)
+    r = CliRunner().invoke(main, ["sweep", trace, "--study", str(study), "-o", str(tmp_path / "o.parquet")])
+    assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output

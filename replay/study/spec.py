@@ -106,30 +106,58 @@ def load_study_file(path: str | os.PathLike) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"unknown table(s) {', '.join(unknown)} (expected [study], [grid], [[points]])", path=path)
     study = raw.get("study", {})
+    if not isinstance(study, dict):
+        raise ConfigError("[study] must be a table", path=path)
     allowed = {"traces", "protocols", "presets", "model", "output", "add_none"}
     bad = sorted(set(study) - allowed)
     if bad:
         raise ConfigError(f"[study]: unknown key(s) {', '.join(bad)} (expected {', '.join(sorted(allowed))})", path=path)
     out: dict[str, Any] = {}
     base = path.parent
-    if "traces" in study:
-        out["traces"] = _under(base, as_list(study["traces"]))
-    for k in ("protocols", "presets"):
+    for k in ("traces", "protocols", "presets"):
         if k in study:
-            out[k] = [str(v) for v in as_list(study[k])]
+            out[k] = _strings(study[k], f"[study] {k}", path)
             if not out[k]:
                 raise ConfigError(f"[study] {k}: empty list", path=path)
+    if "traces" in out:
+        out["traces"] = _under(base, out["traces"])
+    for k in ("model", "output"):
+        if k in study and not isinstance(study[k], str):
+            raise ConfigError(f"[study] {k}: expected a string, got a {_toml_type(study[k])}", path=path)
     if "model" in study:
-        out["model"] = str(study["model"])
+        out["model"] = study["model"]
     if "output" in study:
         out["output"] = str(base / study["output"])
     if "add_none" in study:
-        out["add_none"] = bool(study["add_none"])
+        if not isinstance(study["add_none"], bool):  # "no" would be true to bool()
+            raise ConfigError(f"[study] add_none: expected true or false, got a {_toml_type(study['add_none'])}",
+                              path=path)
+        out["add_none"] = study["add_none"]
     if "grid" in raw:
+        if not isinstance(raw["grid"], dict):
+            raise ConfigError("[grid] must be a table", path=path)
         out["grid"] = _read_grid(raw["grid"], path)
     if "points" in raw:
+        if not isinstance(raw["points"], list) or not all(isinstance(p, dict) for p in raw["points"]):
+            raise ConfigError("[[points]] must be an array of tables", path=path)
         out["points"] = _read_points(raw["points"], base, path)
     return out
+
+
+_SCALARS = (bool, int, float, str)
+
+
+def _toml_type(v: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}.get(
+        type(v), type(v).__name__)
+
+
+def _strings(value: Any, what: str, path: Path) -> list[str]:
+    vals = as_list(value)
+    for v in vals:
+        if not isinstance(v, str):
+            raise ConfigError(f"{what}: expected strings, got a {_toml_type(v)}", path=path)
+    return vals
 
 
 def _read_grid(table: Mapping[str, Any], path: Path) -> dict[str, list[Any]]:
@@ -138,6 +166,10 @@ def _read_grid(table: Mapping[str, Any], path: Path) -> dict[str, list[Any]]:
         vals = as_list(values)
         if not vals:
             raise ConfigError(f"[grid] {name}: empty value list", path=path)
+        for v in vals:
+            if not isinstance(v, _SCALARS):
+                raise ConfigError(f"[grid] {name}: expected numbers, strings or booleans, got a {_toml_type(v)}",
+                                  path=path)
         grid[name] = vals
     return grid
 
@@ -148,9 +180,14 @@ def _read_points(entries: list[Mapping[str, Any]], base: Path, path: Path) -> li
     for i, p in enumerate(entries):
         flat = flatten({k: v for k, v in p.items() if k not in PINNABLE})
         pinned = {k: as_list(p[k]) for k in PINNABLE if k in p}
+        for k, v in pinned.items():
+            if not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"[[points]] #{i + 1}: {k} must be a string or strings", path=path)
         if "trace" in pinned:
             pinned["trace"] = _under(base, pinned["trace"])
         for k, v in flat.items():
+            if not isinstance(v, (*_SCALARS, list)):
+                raise ConfigError(f"[[points]] #{i + 1}: {k} is a {_toml_type(v)}, expected a value", path=path)
             if isinstance(v, list):
                 raise ConfigError(f"[[points]] #{i + 1}: {k} is a list; a point takes one value per parameter "
                                   "(sweep lists in [grid])", path=path)

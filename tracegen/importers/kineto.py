@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from fastrack.errors import TraceFormatError
-from fastrack.schema import CopyDir, HostMem, OpKind
+from fastrack.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
 from tracegen.importers.jsondepth import DepthGuard
 from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
@@ -367,6 +367,9 @@ def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
                 if code <= _MS:  # GPU op
                     a = ev.get("args") or {}
                     name = ev.get("name", "")
+                    if type(name) is not str:
+                        raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(name)}, expected a string",
+                                               path=path)
                     coll = None
                     if code == _K and ("Collective name" in a or name[:4].lower() == "nccl"):
                         coll = a
@@ -384,6 +387,9 @@ def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
                             a.get("device", -1)))  # fmt: skip
                 else:  # cpu_op / user_annotation
                     name = ev.get("name", "")
+                    if type(name) is not str:
+                        raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(name)}, expected a string",
+                                               path=path)
                     ann_a((code, name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0), "X"))
                     if name == "record_param_comms" or (code == _UA and name[:5] == "nccl:"):
                         a = ev.get("args") or {}
@@ -392,7 +398,8 @@ def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
         except TraceFormatError:
             raise
         except AttributeError:
-            raise TraceFormatError("not a Kineto trace: an entry of 'traceEvents' is not an object", path=path) from None
+            raise TraceFormatError("not a Kineto trace: an entry of 'traceEvents' is not an object, or one of its fields "
+                                   "has the wrong JSON type", path=path) from None
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise _io_error(exc, path) from None
         except ijson.JSONError as exc:
@@ -570,7 +577,12 @@ def _frame(fd: _FileData) -> pd.DataFrame:
         )
     for rows, index in ((fd.rt, 0), (fd.gpu, 1), (fd.ann, 1)):
         _check_names(rows, index, path)
-    base = float(np.floor(np.min(_num(all_ts, "ts", ["?"] * len(all_ts), path)))) if all_ts else 0.0
+    ts_all = _num(all_ts, "ts", ["?"] * len(all_ts), path) if all_ts else np.zeros(1)
+    base = float(np.floor(np.min(ts_all)))
+    span_us = float(np.max(ts_all)) - base
+    if span_us * 1000.0 > MAX_SPAN_NS:  # one wrong 'ts' would stretch the trace over years
+        raise TraceFormatError(f"events' 'ts' span {span_us / 86400e6:,.1f} days; a trace may span at most "
+                               f"{MAX_SPAN_NS / 86400e9:.0f} days: some 'ts' is wrong", path=path)
     parts = []
 
     # ---- host calls
