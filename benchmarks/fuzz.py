@@ -70,6 +70,7 @@ class Corpus:
     traces: list[tuple[str, bytes]]  # valid Parquet traces
     nsys: bytes
     preset: str
+    work: Path
 
 
 def build_corpus(work: Path) -> Corpus:
@@ -98,7 +99,7 @@ def build_corpus(work: Path) -> Corpus:
     raw += traces
     nsys = _nsys_seed(work / "nsys.sqlite")
     raw.append(("nsys.sqlite", nsys))
-    return Corpus(kineto=kineto, raw=raw, traces=traces, nsys=nsys, preset=PRESET.read_text())
+    return Corpus(kineto=kineto, raw=raw, traces=traces, nsys=nsys, preset=PRESET.read_text(), work=work)
 
 
 def _call(main, argv):
@@ -402,6 +403,50 @@ def gen_parquet(rng, corpus, i):
     return Case(i, "parquet-values", "replay", argv, {"t.parquet": data}, secret_may_appear=True)
 
 
+SQL_VALUES = ["'text'", "''", "NULL", "-1", "0", str(2**63 - 1), str(-(2**63)), "1e300", "-1e300", "X'FFFE'", "1.5",
+              f"'{SECRET}'", "9223372036854775807 * 2"]
+
+
+def mutate_sqlite(rng: random.Random, data: bytes, work: Path) -> bytes:
+    """Change cells, rows or tables of an Nsight export through SQLite itself (a damaged-but-valid
+    database, where byte mutation mostly yields an unreadable file)."""
+    import sqlite3
+
+    path = work / f"mut-{rng.getrandbits(64):016x}.sqlite"
+    path.write_bytes(data)
+    try:
+        db = sqlite3.connect(path)
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for _ in range(rng.randint(1, 3)):
+            table = rng.choice(tables)
+            cols = [r[1] for r in db.execute(f'PRAGMA table_info("{table}")')]
+            what = rng.random()
+            if what < 0.7 and cols:
+                col = rng.choice(cols)
+                where = rng.choice(["", f" WHERE rowid = (SELECT rowid FROM \"{table}\" LIMIT 1)"])
+                try:
+                    db.execute(f'UPDATE "{table}" SET "{col}" = {rng.choice(SQL_VALUES)}{where}')
+                except sqlite3.Error:
+                    pass
+            elif what < 0.85:
+                db.execute(f'DELETE FROM "{table}"')
+            else:
+                db.execute(f'DROP TABLE "{table}"')
+                tables.remove(table)
+                if not tables:
+                    break
+        db.commit()
+        db.close()
+        return path.read_bytes()
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def gen_sqlite(rng, corpus, i):
+    data = mutate_sqlite(rng, corpus.nsys, corpus.work)
+    return Case(i, "nsys-sqlite", "tracegen", ["convert", "in.sqlite", "-o", "out.parquet"], {"in.sqlite": data})
+
+
 def gen_preset(rng, corpus, i):
     name, data = rng.choice(corpus.traces[:3])
     preset = mutate_toml(rng, corpus.preset)
@@ -464,8 +509,8 @@ def gen_cli(rng, corpus, i):
     return case
 
 
-GENERATORS = [(gen_kineto, 0.25), (gen_bytes, 0.15), (gen_parquet, 0.25), (gen_preset, 0.1), (gen_study, 0.07),
-              (gen_cli, 0.18)]
+GENERATORS = [(gen_kineto, 0.22), (gen_bytes, 0.13), (gen_parquet, 0.22), (gen_sqlite, 0.08), (gen_preset, 0.1),
+              (gen_study, 0.07), (gen_cli, 0.18)]
 
 
 def make_case(seed: int, i: int, corpus: Corpus) -> Case:

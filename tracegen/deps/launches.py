@@ -107,6 +107,9 @@ def launch_edges(g: GpuOps, x: HostOps, gpu_base: int, edges: Edges) -> GpuOps:
             inf = np.where(found >= 0, rt_ops[np.maximum(found, 0)], -1)
             g_issuer[mi] = inf
             edges.add(gpu_base + mi, inf, DepKind.LAUNCH)
+    if not x.n:  # no host op at all (e.g. an Nsight export without a runtime table): nothing launched them
+        return dataclasses.replace(g, issuer=g_issuer, issue=g.start.copy(),
+                                   launch_thread=np.full(g.n, I64_MIN, np.int64))
     return dataclasses.replace(
         g, issuer=g_issuer, issue=_issue_times(g, x, g_issuer),
         launch_thread=np.where(g_issuer >= 0, x.thread[np.maximum(g_issuer, 0)], I64_MIN),

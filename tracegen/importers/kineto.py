@@ -397,7 +397,7 @@ def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
                                a.get("External id", a.get("external id", -1)), a))  # fmt: skip
         except TraceFormatError:
             raise
-        except AttributeError:
+        except (AttributeError, TypeError):
             raise TraceFormatError("not a Kineto trace: an entry of 'traceEvents' is not an object, or one of its fields "
                                    "has the wrong JSON type", path=path) from None
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:

@@ -126,6 +126,12 @@ def read_nsys(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, Any]]:
         return _read(conn, path)
     except sqlite3.DatabaseError as exc:
         raise TraceFormatError(f"unreadable or damaged SQLite database ({exc})", path=path) from None
+    except TraceFormatError as exc:  # raised by a helper that does not know the file
+        if exc.path is None:
+            exc.path = path
+        raise
+    except OverflowError:
+        raise TraceFormatError("an integer column holds a value beyond 64 bits", path=path) from None
     finally:
         conn.close()
 
@@ -184,9 +190,31 @@ def _enum_join(tables: set[str], conn, enum: str, alias: str, on: str) -> tuple[
     return name, label, f' LEFT JOIN "{enum}" {alias} ON {alias}.id = {on}'
 
 
+_INT_COLUMNS = frozenset({"start", "end", "device", "stream", "corr", "gpid", "gtid", "bytes", "event", "event_sync"})
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def _query(conn: sqlite3.Connection, sql: str, names: list[str]) -> pd.DataFrame:
+    """Rows of ``sql`` as a frame. SQLite types are per value, so an integer column may hold text,
+    a float or a blob: those are refused here, naming the table and the column (never the value)."""
     rows = conn.execute(sql).fetchall()
-    return pd.DataFrame.from_records(rows, columns=names)
+    df = pd.DataFrame.from_records(rows, columns=names)
+    for name in names:
+        if name not in _INT_COLUMNS or df[name].dtype.kind in "iu" or not len(df):
+            continue
+        col = df[name]
+        if col.dtype.kind == "f":  # integers and NULLs read as floats: integral values only
+            vals = col.to_numpy()
+            bad = pd.Series(~(np.isnan(vals) | ((vals == np.floor(vals)) & (np.abs(vals) < 2.0**63))))
+        else:
+            bad = col.map(lambda v: not (v is None or (isinstance(v, int) and _INT64[0] <= v <= _INT64[1])
+                                         or (isinstance(v, float) and (v != v or v.is_integer()))))
+        if bad.any():
+            v = col[bad].iloc[0]
+            table = sql.rsplit(" FROM ", 1)[-1].split()[0]
+            raise TraceFormatError(f"table {table}: column for '{name}' holds a {type(v).__name__} value where an "
+                                   "integer belongs")
+    return df
 
 
 def _pid(g: pd.Series) -> np.ndarray:
