@@ -18,6 +18,8 @@ pyproject.toml); names are unique across distributions. Unknown names raise
 
 from __future__ import annotations
 
+import re
+
 import functools
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -56,11 +58,20 @@ def installed(group: str) -> dict[str, str]:
     return {n: ep.value for n, ep in sorted(_entries(group).items())}
 
 
+def shown_name(name: Any) -> str:
+    """A name for a message: quoted when it looks like a plug-in name a person typed; otherwise
+    (it may come from a study file, and files carry tokens) only its length."""
+    text = str(name)
+    if len(text) <= 24 and re.fullmatch(r"[A-Za-z0-9_.:+-]*", text):
+        return f"'{text}'"
+    return f"(a name of {len(text)} characters)"
+
+
 def _load(group: str, what: str, name: str) -> Any:
     eps = _entries(group)
     if name not in eps:
         known = ", ".join(sorted(eps)) or "(none installed)"
-        raise PluginError(f"unknown {what} '{name}'; installed {what}s: {known}")
+        raise PluginError(f"unknown {what} {shown_name(name)}; installed {what}s: {known}")
     try:
         return eps[name].load()
     except Exception as exc:  # a broken third-party plug-in: say which one
@@ -94,7 +105,7 @@ def load_protocol(name: str, _seen: tuple[str, ...] = ()):
     if opts:
         obj = load_protocol(base, _seen)
         if not hasattr(obj, "with_options"):
-            raise PluginError(f"protocol '{base}' takes no options (asked for '{name}')")
+            raise PluginError(f"protocol {shown_name(base)} takes no options (asked for {shown_name(name)})")
         return obj.with_options(tuple(opts))
     obj = _load(PROTOCOLS_GROUP, "protocol", name)
     if isinstance(obj, ProtocolAlias):

@@ -84,3 +84,11 @@ def test_wrong_values_in_events_are_refused_in_one_line(tmp_path, mutate, messag
     msg = r.output.strip()
     assert r.exit_code == 2 and not out.exists() and message in msg, msg
     assert len(msg.splitlines()) == 1 and SECRET not in msg
+
+
+def test_a_number_too_long_for_the_parser_is_refused_before_it_crashes_it(tmp_path):
+    """ijson's C backend crashes the process (SIGSEGV) on a number of some 10,000 digits."""
+    path = tmp_path / "long.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": ' + "1" * 20000 + "}]}")
+    r, out = _convert(path, tmp_path)
+    assert r.exit_code == 2 and "number at byte" in r.output and not out.exists()

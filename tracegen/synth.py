@@ -575,7 +575,7 @@ def random_cmd(n_ops: int, seed: int, ranks: int, streams: int, trace_name: str 
               help="Copy direction: host to device or device to host.")
 @click.option("--memory", type=click.Choice(["pinned", "pageable"], case_sensitive=False), required=True,
               help="Host memory of the copy.")
-@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True, help="Number of copies.")
+@click.option("--repeat", type=click.IntRange(min=1, max=10**7), default=10, show_default=True, help="Number of copies.")
 @click.option("--name", "trace_name", default=None, help="Trace name (metadata).")
 @click.option("-o", "--output", type=click.Path(), required=True, help="Output Parquet file.")
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists (never a link, a directory or a device).")

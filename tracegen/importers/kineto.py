@@ -52,7 +52,7 @@ import pandas as pd
 from fastrack.errors import TraceFormatError
 from fastrack.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
-from tracegen.importers.jsondepth import DepthGuard
+from tracegen.importers.jsondepth import MAX_NUMBER_CHARS, DepthGuard
 from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
 
 try:  # the C backend is ~10x faster than the pure-Python one; ijson picks it by default
@@ -157,9 +157,12 @@ class _Counted:
     def read(self, n: int = -1) -> bytes:
         data = self.f.read(n)
         if data:
-            at = self.guard.feed(data)
-            if at >= 0:
+            at, what = self.guard.feed(data)
+            if at >= 0 and what == "depth":
                 raise TraceFormatError(f"a JSON value at byte {at:,} is nested deeper than {MAX_JSON_DEPTH} levels",
+                                       path=self.path)
+            if at >= 0:
+                raise TraceFormatError(f"a JSON number at byte {at:,} is longer than {MAX_NUMBER_CHARS} characters",
                                        path=self.path)
             self.before += len(self.prev)
             self.lines += self.prev.count(b"\n")
