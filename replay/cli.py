@@ -86,15 +86,15 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
-    from replay.timeline import timeline_facts, write_timeline
+    from replay.timeline import check_timeline_target, timeline_facts, write_timeline
     from replay.whatif import parse_scales
 
     scales = parse_scales(scale)
     if timeline:  # refuse a bad target before any work (fastrack.outputs)
-        from fastrack.outputs import check_input_path, check_output_path
+        from fastrack.outputs import check_input_path
 
         check_input_path(trace)
-        check_output_path(timeline, [trace], overwrite)
+        check_timeline_target(timeline, [trace], overwrite)
     graph, tr = load_graph(trace)
     if data_parallel is not None:  # what-if: a single-GPU training trace on N DDP ranks (docs/multi-gpu.md)
         from replay.dataparallel import data_parallel_graph

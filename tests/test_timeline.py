@@ -211,3 +211,67 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
     res = _run(tmp_path, "--protocol", "baseline", trace, "--timeline", tmp_path / "tl.json.gz")
     assert res.exit_code != 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+def _pftrace_packets(tmp_path, protocol="baseline"):
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+                             reason="the perfetto package is not installed (pip install '.[perfetto]')")
+    trace = write(tmp_path / "t.parquet", steps_trace())
+    out = tmp_path / "tl.pftrace"
+    res = CliRunner().invoke(main, ["--protocol", protocol, str(trace), "--timeline", str(out)])
+    assert res.exit_code == 0, res.output
+    return pb, pb.Trace.FromString(out.read_bytes()).packet
+
+
+def test_pftrace_is_a_well_formed_perfetto_trace(tmp_path):
+    pb, packets = _pftrace_packets(tmp_path)
+    TE = pb.TrackEvent
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in packets if p.HasField("track_descriptor")}
+    names = {p.track_descriptor.thread.thread_name for p in packets if p.track_descriptor.HasField("thread")}
+    assert TEE_TRACKS | {"thread 1", "stream 7", "steps"} <= names
+    interned = [p for p in packets if p.HasField("interned_data")]
+    assert len(interned) == 1
+    event_names = {e.iid: e.name for e in interned[0].interned_data.event_names}
+    open_slices: dict[int, list[int]] = defaultdict(list)
+    flows_out, flows_in, seen_names, last_ts = [], [], set(), -1
+    counters = []
+    for p in packets:
+        if not p.HasField("track_event"):
+            continue
+        ev = p.track_event
+        assert p.timestamp >= last_ts, "events out of time order"
+        last_ts = p.timestamp
+        assert ev.track_uuid in tracks
+        if ev.type == TE.TYPE_SLICE_BEGIN:
+            open_slices[ev.track_uuid].append(p.timestamp)
+        elif ev.type == TE.TYPE_SLICE_END:
+            assert open_slices[ev.track_uuid], "an end without a begin"
+            open_slices[ev.track_uuid].pop()
+        elif ev.type == TE.TYPE_COUNTER:
+            counters.append(ev.counter_value)
+            continue
+        if ev.type != TE.TYPE_SLICE_END:
+            seen_names.add(event_names[ev.name_iid])
+            flows_out += list(ev.flow_ids)
+            flows_in += list(ev.terminating_flow_ids)
+    assert not any(open_slices.values()), "a begin without an end"
+    assert sorted(flows_out) == sorted(flows_in) and len(flows_out) == 6
+    assert {"ProfilerStep#0", "ProfilerStep#1", "cpu_encrypt", "pcie", "gemm"} <= seen_names
+    assert counters and counters[-1] == 0 and max(counters) >= 1
+
+
+def test_pftrace_without_the_package_is_one_line_exit_2(tmp_path, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_perfetto(name, *args, **kwargs):
+        if name.startswith("perfetto"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_perfetto)
+    trace = write(tmp_path / "t.parquet", steps_trace())
+    res = _run(tmp_path, trace, "--timeline", tmp_path / "tl.pftrace")
+    assert res.exit_code == 2 and "perfetto package" in res.output and len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "tl.pftrace").exists()

@@ -39,6 +39,19 @@ def timeline_format(path: str | os.PathLike) -> str:
     return "json.gz" if name.endswith(".gz") else "json"
 
 
+def check_timeline_target(path: str | os.PathLike, inputs=(), overwrite: bool = False) -> None:
+    """Refuse, before any work, a timeline path that may not be written (:func:`fastrack.outputs.
+    check_output_path`: the input itself, a link, a non-regular file, an existing file without
+    ``overwrite``) or whose format cannot be written here (``.pftrace`` without ``perfetto``)."""
+    from fastrack.outputs import check_output_path
+
+    check_output_path(path, inputs, overwrite)
+    if timeline_format(path) == "pftrace":
+        from replay.timeline.pftrace import require_perfetto
+
+        require_perfetto(path)
+
+
 def write_timeline(path: str | os.PathLike, graph: OpGraph, sched: Schedule, protocol: str,
                    extra: dict | None = None) -> int:
     """Write the timeline of one replay to ``path`` atomically; returns the number of events.
@@ -61,4 +74,4 @@ def write_timeline(path: str | os.PathLike, graph: OpGraph, sched: Schedule, pro
             return write_chrome(f, graph, sched, layout, protocol, dict(extra or {}))
 
 
-__all__ = ["write_timeline", "timeline_facts", "timeline_format", "build_layout", "bounce_occupancy", "PFTRACE_SUFFIXES"]
+__all__ = ["write_timeline", "timeline_facts", "check_timeline_target", "timeline_format", "build_layout", "bounce_occupancy", "PFTRACE_SUFFIXES"]

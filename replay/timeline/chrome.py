@@ -61,42 +61,40 @@ def _metadata(layout: Layout) -> Iterator[str]:
 def _slices(graph: OpGraph, sched: Schedule, layout: Layout, nodes: np.ndarray, tracks: np.ndarray,
             mirror: bool) -> Iterator[str]:
     names = [json.dumps(s) for s in graph.names]
-    lanes = graph.lanes
     tr = layout.tracks
-    pid = np.array([t.pid for t in tr], np.int64)
-    tid = np.array([t.tid for t in tr], np.int64)
-    stream = np.array([t.stream for t in tr], np.int64)
-    device = np.array([t.device for t in tr], np.int64)
-    kind_cat = {int(k): json.dumps(c) for k, c in KINETO_CAT.items()}
+    head = [f'"pid":{t.pid},"tid":{t.tid},' for t in tr]  # per track
+    gpu_args = [f'"device":{t.device},"stream":{t.stream},' if t.stream >= 0 else "" for t in tr]
+    cats = {int(k): json.dumps(c) for k, c in KINETO_CAT.items()}
+    labels = {k: f'"fastrack_kind":{json.dumps(graph.kind_label(k))},' for k in np.unique(graph.kind).tolist()
+              if k >= 16 or k not in cats}
     tee_cat = json.dumps(TEE_CAT)
-    labels: dict[int, str] = {}
-    for i, trk in zip(nodes.tolist(), tracks.tolist()):
-        k = int(graph.kind[i])
-        s, f = int(layout.start[i]), int(sched.finish[i])
-        b = int(graph.bytes[i])
-        args = []
-        if stream[trk] >= 0:
-            args.append(f'"device":{int(device[trk])},"stream":{int(stream[trk])}')
-        c = int(layout.correlation[i])
+    memcpy = int(OpKind.MEMCPY)
+    thread_of = {}
+    if mirror:
+        lane_names = graph.lanes.names
+        thread_of = {ln: f',"mirror_of":{json.dumps(lane_names[ln].split("/", 1)[-1])}'
+                     for ln in np.unique(graph.lane[nodes]).tolist()}
+    cols = zip(tracks.tolist(), graph.kind[nodes].tolist(), layout.start[nodes].tolist(),
+               sched.finish[nodes].tolist(), graph.bytes[nodes].tolist(), layout.correlation[nodes].tolist(),
+               graph.op_id[nodes].tolist(), graph.origin[nodes].tolist(), graph.name[nodes].tolist(),
+               layout.staged[nodes].tolist(), graph.lane[nodes].tolist())
+    for trk, k, s, f, b, c, oid, org, nm, staged, ln in cols:
+        a = gpu_args[trk]
         if c >= 0:
-            args.append(f'"correlation":{c}')
+            a += f'"correlation":{c},'
         if b > 0:
-            args.append(f'"bytes":{b}')
-            if k == OpKind.MEMCPY and f > s:
-                args.append(f'"memory bandwidth (GB/s)":{b / (f - s):.6g}')
-        args.append(f'"op_id":{int(graph.op_id[i])},"origin_op":{int(graph.origin[i])}')
-        if k >= 16:
-            if k not in labels:
-                labels[k] = json.dumps(graph.kind_label(k))
-            args.append(f'"fastrack_kind":{labels[k]}')
-        if layout.staged[i]:
-            args.append('"staged":true')
+            a += f'"bytes":{b},'
+            if k == memcpy and f > s:
+                a += f'"memory bandwidth (GB/s)":{b / (f - s):.6g},'
+        if k in labels:
+            a += labels[k]
+        if staged:
+            a += '"staged":true,'
+        a += f'"op_id":{oid},"origin_op":{org}'
         if mirror:
-            ln = int(graph.lane[i])
-            args.append(f'"mirror_of":{json.dumps(lanes.names[ln].split("/", 1)[-1])}')
-        cat = kind_cat[k] if k < 16 and k in kind_cat else tee_cat
-        yield (f'{{"ph":"X","cat":{cat},"name":{names[int(graph.name[i])]},"pid":{int(pid[trk])},'
-               f'"tid":{int(tid[trk])},"ts":{_us(s)},"dur":{_us(f - s)},"args":{{{",".join(args)}}}}}')
+            a += thread_of[ln]
+        yield (f'{{"ph":"X","cat":{cats.get(k, tee_cat)},"name":{names[nm]},{head[trk]}'
+               f'"ts":{s / 1000:.3f},"dur":{(f - s) / 1000:.3f},"args":{{{a}}}}}')
 
 
 def _flows(sched: Schedule, layout: Layout) -> Iterator[str]:
