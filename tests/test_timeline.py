@@ -194,9 +194,10 @@ def test_timeline_output_path_rules(tmp_path):
     folder.mkdir()
     res = _run(tmp_path, trace, "--timeline", folder, "--overwrite")
     assert res.exit_code == 2 and "directory" in res.output
-    if os.path.exists("/dev/null"):
-        res = _run(tmp_path, trace, "--timeline", "/dev/null", "--overwrite")
-        assert res.exit_code == 2 and "not a regular file" in res.output
+    fifo = tmp_path / "fifo.json"  # a non-regular file of our own (never a system path such as /dev/null)
+    os.mkfifo(fifo)
+    res = _run(tmp_path, trace, "--timeline", fifo, "--overwrite")
+    assert res.exit_code == 2 and "FIFO" in res.output
 
 
 def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):

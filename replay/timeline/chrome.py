@@ -74,6 +74,13 @@ def _slices(graph: OpGraph, sched: Schedule, layout: Layout, nodes: np.ndarray, 
         lane_names = graph.lanes.names
         thread_of = {ln: f',"mirror_of":{json.dumps(lane_names[ln].split("/", 1)[-1])}'
                      for ln in np.unique(graph.lane[nodes]).tolist()}
+    for lo in range(0, nodes.size, BLOCK):  # Python lists of one block at a time: memory stays flat
+        yield from _slice_block(graph, sched, layout, nodes[lo:lo + BLOCK], tracks[lo:lo + BLOCK], mirror,
+                                names, head, gpu_args, cats, labels, tee_cat, memcpy, thread_of)
+
+
+def _slice_block(graph, sched, layout, nodes, tracks, mirror, names, head, gpu_args, cats, labels, tee_cat,
+                 memcpy, thread_of) -> Iterator[str]:
     cols = zip(tracks.tolist(), graph.kind[nodes].tolist(), layout.start[nodes].tolist(),
                sched.finish[nodes].tolist(), graph.bytes[nodes].tolist(), layout.correlation[nodes].tolist(),
                graph.op_id[nodes].tolist(), graph.origin[nodes].tolist(), graph.name[nodes].tolist(),

@@ -162,55 +162,61 @@ def write_pftrace(f: IO[bytes], graph: OpGraph, sched: Schedule, layout: Layout,
         d.int_value = value
 
     n_nodes_all = nodes.size
-    L_node = nodes.tolist()
-    L_track_uuid = track_uuid[all_track].tolist()
-    L_kind = graph.kind[nodes].tolist()
-    L_name = [name_iid[graph.names[j]] for j in graph.name[nodes].tolist()]
-    L_op = graph.op_id[nodes].tolist()
-    L_corr = layout.correlation[nodes].tolist()
-    L_stream = [stream_of_track[j] for j in all_track[:n_nodes_all].tolist()]
-    L_bytes = graph.bytes[nodes].tolist()
-    L_lane = graph.lane[nodes].tolist()
-    L_mirror = mirror.tolist()
-    L_staged = layout.staged[nodes].tolist()
-    for t, k, sid in zip(rows_t[order].tolist(), rows_kind[order].tolist(), rows_id[order].tolist()):
-        p = packet(t)
-        p.sequence_flags = incremental
-        ev = p.track_event
-        if k == 3:
-            ev.type = COUNTER
-            ev.track_uuid = counter_uuid[ctrack[sid]]
-            ev.counter_value = cvals[sid]
-            continue
-        ev.track_uuid = L_track_uuid[sid]
-        if k == 0:
-            ev.type = END
-            continue
-        ev.type = INSTANT if k == 1 else BEGIN
-        if sid >= n_nodes_all:  # a step
-            ev.name_iid = steps_name[sid - n_nodes_all]
-            ev.category_iids.append(step_cat)
-            continue
-        code = L_kind[sid]
-        ev.name_iid = L_name[sid]
-        ev.category_iids.append(cat_of_kind.get(code, tee) if code < 16 else tee)
-        annotate(ev, "op_id", L_op[sid])
-        if L_corr[sid] >= 0:
-            annotate(ev, "correlation", L_corr[sid])
-        if L_stream[sid] >= 0:
-            annotate(ev, "stream", L_stream[sid])
-        if L_bytes[sid] > 0:
-            annotate(ev, "bytes", L_bytes[sid])
-        if L_mirror[sid]:
-            annotate(ev, "mirror_of_lane", L_lane[sid])
-            continue
-        if L_staged[sid]:
-            annotate(ev, "staged", 1)
-        i = L_node[sid]
-        if i in flows_out:
-            ev.flow_ids.extend(flows_out[i])
-        if i in flow_in:
-            ev.terminating_flow_ids.append(flow_in[i])
+    track_uuid_all = track_uuid[all_track]
+    rt, rk, ri = rows_t[order], rows_kind[order], rows_id[order]
+    for lo in range(0, order.size, BATCH):  # Python lists of one batch at a time: memory stays flat
+        t_ = rt[lo:lo + BATCH]
+        k_ = rk[lo:lo + BATCH]
+        sid_ = ri[lo:lo + BATCH]
+        node_rows = np.flatnonzero((k_ != 3) & (sid_ < n_nodes_all))
+        nsid = sid_[node_rows]
+        nd = nodes[nsid]
+        per = {}  # row position in batch -> tuple of node attributes
+        for pos, vals in zip(node_rows.tolist(), zip(
+                nd.tolist(), graph.kind[nd].tolist(), graph.name[nd].tolist(), graph.op_id[nd].tolist(),
+                layout.correlation[nd].tolist(), all_track[nsid].tolist(), graph.bytes[nd].tolist(),
+                graph.lane[nd].tolist(), mirror[nsid].tolist(), layout.staged[nd].tolist())):
+            per[pos] = vals
+        sid_l = sid_.tolist()
+        tu = np.where(k_ == 3, 0, track_uuid_all[np.where(k_ == 3, 0, sid_)]).tolist() if n_slices else []
+        for pos, (t, k) in enumerate(zip(t_.tolist(), k_.tolist())):
+            sid = sid_l[pos]
+            p = packet(t)
+            p.sequence_flags = incremental
+            ev = p.track_event
+            if k == 3:
+                ev.type = COUNTER
+                ev.track_uuid = counter_uuid[ctrack[sid]]
+                ev.counter_value = cvals[sid]
+                continue
+            ev.track_uuid = tu[pos]
+            if k == 0:
+                ev.type = END
+                continue
+            ev.type = INSTANT if k == 1 else BEGIN
+            if sid >= n_nodes_all:  # a step
+                ev.name_iid = steps_name[sid - n_nodes_all]
+                ev.category_iids.append(step_cat)
+                continue
+            i, code, nm, oid, corr, trk_i, b, lane, is_mirror, staged = per[pos]
+            ev.name_iid = name_iid[graph.names[nm]]
+            ev.category_iids.append(cat_of_kind.get(code, tee) if code < 16 else tee)
+            annotate(ev, "op_id", oid)
+            if corr >= 0:
+                annotate(ev, "correlation", corr)
+            if stream_of_track[trk_i] >= 0:
+                annotate(ev, "stream", stream_of_track[trk_i])
+            if b > 0:
+                annotate(ev, "bytes", b)
+            if is_mirror:
+                annotate(ev, "mirror_of_lane", lane)
+                continue
+            if staged:
+                annotate(ev, "staged", 1)
+            if i in flows_out:
+                ev.flow_ids.extend(flows_out[i])
+            if i in flow_in:
+                ev.terminating_flow_ids.append(flow_in[i])
 
     flush()
     return state["count"]
