@@ -95,7 +95,8 @@ def check_structure(doc: dict) -> dict:
     for fid, pair in flows.items():
         assert set(pair) == {"s", "f"} and pair["f"]["bp"] == "e"
         s, f = pair["s"], pair["f"]
-        launch = [e for e in by_track[(s["pid"], s["tid"])] if e["ts"] == s["ts"] and e["cat"] == "cuda_runtime"]
+        launch = [e for e in by_track[(s["pid"], s["tid"])]  # a CUDA call, or a CPU op (a what-if's launcher)
+                  if e["ts"] == s["ts"] and e["cat"] in ("cuda_runtime", "cpu_op")]
         gpu = [e for e in by_track[(f["pid"], f["tid"])] if e["ts"] == f["ts"] and "stream" in e["args"]]
         assert launch and gpu, fid
         assert {g["args"]["correlation"] for g in gpu} & {g["args"]["correlation"] for g in launch}
@@ -276,3 +277,31 @@ def test_pftrace_without_the_package_is_one_line_exit_2(tmp_path, monkeypatch):
     res = _run(tmp_path, trace, "--timeline", tmp_path / "tl.pftrace")
     assert res.exit_code == 2 and "perfetto package" in res.output and len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "tl.pftrace").exists()
+
+
+def test_data_parallel_timeline_has_a_process_set_per_rank(tmp_path):
+    ops = steps_trace() + [  # gradient-ready markers (docs/conventions.md) after each step's backward
+        op("cpu", "AccumulateGrad", 447_000, 1_000, thread=1, bytes=4 << 20, step=0, deps=[(6, "program")]),
+        op("cpu", "AccumulateGrad", 947_000, 1_000, thread=1, bytes=4 << 20, step=1, deps=[(13, "program")]),
+    ]
+    doc = replay_timeline(tmp_path, "baseline", ops, "tl.json", "--data-parallel", "2")
+    parts = check_structure(doc)
+    assert doc["distributedInfo"] == {"rank": 0, "world_size": 2}
+    procs = {e["args"]["name"] for e in parts["events"] if e["ph"] == "M" and e["name"] == "process_name"}
+    for r in (0, 1):
+        assert {f"rank {r} host (replayed: baseline)", f"rank {r} GPU 0", f"rank {r} TEE resources (baseline)"} <= procs
+    assert len(parts["flows"]) == 16  # per rank: 6 launches + one all-reduce per step (launched by the marker)
+
+
+def test_real_profile_replays_to_a_valid_timeline(tmp_path):
+    from tracegen.convert import convert
+
+    data = Path(__file__).resolve().parent / "data" / "h100_bert_small_uncased.json.gz"
+    trace = tmp_path / "bert.parquet"
+    convert([data], trace)
+    tl = tmp_path / "tl.json.gz"
+    res = CliRunner().invoke(main, ["--protocol", "baseline", str(trace), "--timeline", str(tl)])
+    assert res.exit_code == 0, res.output
+    parts = check_structure(json.loads(gzip.decompress(tl.read_bytes())))
+    assert any(e["name"].startswith("ProfilerStep#") for e in parts["xs"])
+    assert parts["flows"] and "cpu_crypto" in parts["threads"].values()
