@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from fastrack import __version__
 from fastrack.atomic import atomic_path
 from fastrack.errors import SchemaError, TraceFormatError
+from fastrack.sniff import not_a_parquet_trace_hint
 from fastrack.schema import (
     ARROW_SCHEMA,
     COLUMNS,
@@ -219,7 +220,8 @@ def _read_schema(path: str) -> pa.Schema:
     try:
         return pq.read_schema(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(f"not a Parquet file ({str(exc).splitlines()[0]})", path=path) from None
+        hint = not_a_parquet_trace_hint(path)  # a profiler trace given where a Parquet trace is read
+        raise TraceFormatError(hint or f"not a Parquet file ({str(exc).splitlines()[0]})", path=path) from None
     except (UnicodeDecodeError, pa.ArrowException):  # a damaged footer (e.g. metadata keys that are not text)
         raise TraceFormatError("not a Parquet file (damaged footer)", path=path) from None
 

@@ -81,21 +81,30 @@ def main() -> None:
               help=f"{CAPTURED} (measured durations), or a protocol plug-in: {NONE}, baseline, fastrack, ...")
 @model_options
 @json_option
-@click.option("--timeline", type=click.Path(dir_okay=False), help="Write a Perfetto/chrome://tracing JSON timeline.")
+@click.option("--timeline", type=click.Path(dir_okay=False),
+              help="Write a timeline: Kineto-shaped Chrome-trace JSON (Perfetto, chrome://tracing, HTA; "
+                   "gzip when it ends in .gz) or Perfetto protobuf (.pftrace).")
+@click.option("--overwrite", is_flag=True, help="Replace the --timeline file if it exists (never the trace, "
+                                                "a link or a non-file).")
 @click.option("--reference/--no-reference", default=True, show_default=True,
               help=f"Also replay under '{NONE}' (same model) to report the slowdown.")
 @data_parallel_options
 @scale_option
 @reports_errors
-def run_command(trace, protocol, model, preset, overrides, as_json, timeline, reference, data_parallel, bucket_mb,
-                scale):
+def run_command(trace, protocol, model, preset, overrides, as_json, timeline, overwrite, reference, data_parallel,
+                bucket_mb, scale):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
-    from replay.timeline import write_timeline
+    from replay.timeline import check_timeline_target, timeline_facts, write_timeline
     from replay.whatif import parse_scales
 
     scales = parse_scales(scale)
+    if timeline:  # refuse a bad target before any work (fastrack.outputs)
+        from fastrack.outputs import check_input_path
+
+        check_input_path(trace)
+        check_timeline_target(timeline, [trace], overwrite)
     graph, tr = load_graph(trace)
     if data_parallel is not None:  # what-if: a single-GPU training trace on N DDP ranks (docs/multi-gpu.md)
         from replay.dataparallel import data_parallel_graph
@@ -103,7 +112,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, re
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, [protocol])
     rep = replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
     if timeline:
-        write_timeline(timeline, rep.graph, rep.schedule, protocol)
+        write_timeline(timeline, rep.graph, rep.schedule, protocol, extra=timeline_facts(rep.result, tr))
     out = rep.result.to_dict()
     out["trace"] = str(trace)
     out["emulated"] = bool(tr.metadata.get("emulated", False))

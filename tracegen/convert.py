@@ -43,10 +43,11 @@ class ConvertResult:
 def detect_format(path: str) -> str:
     """The name of the format (a key of :data:`tracegen.importers.FORMATS`) of one input: the
     first whose ``sniff`` accepts it (directories: Kineto rank files)."""
-    from tracegen.importers import FORMATS
+    from tracegen.importers import FORMATS, refuse_unconvertible
     from tracegen.importers.common import read_head
 
     check_input_path(path, allow_dir=True)
+    refuse_unconvertible(path)
     if not os.path.isdir(path) and not read_head(path):
         raise TraceFormatError("empty file", path=path)
     for name, importer in FORMATS.items():
@@ -63,7 +64,7 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
 
     from fastrack.traceio import write_trace
     from tracegen.deps import derive_dependencies
-    from tracegen.importers import FORMATS
+    from tracegen.importers import FORMATS, refuse_unconvertible
 
     t0 = time.perf_counter()
     inputs = [str(p) for p in inputs]
@@ -73,6 +74,7 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
         raise TraceFormatError(f"unknown format '{fmt}', expected one of {', '.join(FORMATS_CHOICES)}")
     for p in inputs:  # a FIFO or a device would block the reader: refuse it up front
         check_input_path(p, allow_dir=True)
+        refuse_unconvertible(p)  # a .nsys-rep or a Parquet trace, whatever --format says
     if fmt == "auto":
         kinds = {p: detect_format(p) for p in inputs}
         if set(kinds.values()) == {"pytorch-et", "kineto"}:  # a PyTorch ET is read with its Kineto trace

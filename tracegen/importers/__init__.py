@@ -2,7 +2,9 @@
 
 Every importer module exposes ``sniff(path) -> bool`` and ``read(paths) -> RawImport``
 (:mod:`tracegen.importers.common` states the shape); :data:`FORMATS` maps each format name to
-that pair, in the order formats are tried when detecting one.
+that pair, in the order formats are tried when detecting one. :func:`refuse_unconvertible`
+turns away, with a hint, the inputs that are known not to be profiler traces (an Nsight Systems
+report before its SQLite export, a Parquet trace that is already converted).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import Callable, NamedTuple, Sequence
 
+from fastrack.errors import TraceFormatError
+from fastrack.sniff import PARQUET_NOT_PROFILER_HINT, PARQUET_TRACE_HINT, not_a_profiler_trace_hint
 from tracegen.importers import chakra, kineto, nsys, pytorch_et
 from tracegen.importers.common import RawImport
 
@@ -26,4 +30,26 @@ FORMATS: dict[str, Importer] = {
     "nsys": Importer(nsys.sniff, nsys.read),  # Nsight Systems SQLite export
 }
 
-__all__ = ["FORMATS", "Importer", "RawImport"]
+
+
+def refuse_unconvertible(path: str | os.PathLike) -> None:
+    """Raise :class:`TraceFormatError` with what to do instead when ``path`` (a file) is known
+    not to be importable whatever the format asked for: an Nsight Systems report (``.nsys-rep``:
+    export it to SQLite first) or a Parquet file (already a trace: no conversion needed)."""
+    if os.path.isdir(path):
+        return
+    hint = not_a_profiler_trace_hint(path)
+    if hint == PARQUET_NOT_PROFILER_HINT:
+        from fastrack.errors import FastrackError
+        from fastrack.traceio import read_metadata
+
+        try:
+            read_metadata(path)
+            hint = PARQUET_TRACE_HINT
+        except FastrackError:
+            pass
+    if hint:
+        raise TraceFormatError(hint, path=str(path))
+
+
+__all__ = ["FORMATS", "Importer", "RawImport", "refuse_unconvertible"]

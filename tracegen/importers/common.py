@@ -20,9 +20,7 @@ import pandas as pd
 from fastrack.errors import TraceFormatError
 from fastrack.outputs import check_input_path
 
-GZIP_MAGIC = b"\x1f\x8b"
-SQLITE_MAGIC = b"SQLite format 3\x00"
-HEAD_BYTES = 16
+from fastrack.sniff import GZIP_MAGIC, HEAD_BYTES, SQLITE_MAGIC  # the magic numbers live in one place
 
 
 @dataclass

@@ -34,6 +34,7 @@ import pandas as pd
 
 from fastrack.errors import TraceFormatError
 from fastrack.schema import OpKind
+from fastrack.sniff import NSYS_REPORT_HINT, is_nsys_report
 from tracegen.importers.common import SQLITE_MAGIC, RawImport, read_head
 
 SOURCE_FORMAT = "nsys-sqlite"
@@ -149,13 +150,8 @@ def _check_sqlite_file(path: str) -> None:
         if len(head) < 100:
             raise TraceFormatError("truncated SQLite database (header incomplete)", path=path)
         return
-    lower = path.lower()
-    if lower.endswith((".nsys-rep", ".qdrep")):
-        raise TraceFormatError(
-            "this is an Nsight Systems report, not its SQLite export; "
-            "run `nsys export --type sqlite` on it first",
-            path=path,
-        )
+    if is_nsys_report(path):
+        raise TraceFormatError(NSYS_REPORT_HINT, path=path)
     what = "an empty file" if not head else "no SQLite header"  # never echo the file's bytes
     raise TraceFormatError(
         f"not an SQLite database ({what}); expected an Nsight Systems export "
