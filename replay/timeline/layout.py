@@ -42,6 +42,10 @@ HOST_PID_BASE = 1_000_000  # pid of rank r's host process: HOST_PID_BASE + r (Ki
 TEE_PID_BASE = 2_000_000  # pid of rank r's TEE-resource process
 GPU_PID_STRIDE = 1000  # pid of device d of rank r: r * GPU_PID_STRIDE + d (Kineto: the device index)
 SYNTHETIC_TID_BASE = 1 << 30  # tids of tracks that are not a thread or a stream (steps, sub-tracks, ...)
+# Correlation ids start here, as CUPTI's are large numbers: HTA sizes its correlation column by
+# the values and then stores event indices in a column of the same type (pandas 3 refuses an
+# index that does not fit, e.g. in int8 when every id is below 128)
+CORRELATION_BASE = 1 << 20
 STREAM_KEY_SHIFT = 40  # a stream lane's key is device << 40 | stream (replay/build.py)
 
 HOST, GPU, TEE = 0, 1, 2  # the side of a process
@@ -339,10 +343,10 @@ def build_layout(graph: OpGraph, sched: Schedule, protocol: str) -> Layout:
 
     src, dst = _launch_pairs(graph)
     corr = np.full(n, -1, np.int64)
-    corr[src] = src + 1
-    corr[dst] = src + 1
+    corr[src] = CORRELATION_BASE + src
+    corr[dst] = CORRELATION_BASE + src
     gpu_ops = np.flatnonzero(np.isin(graph.kind, GPU_OP_KINDS) & (corr < 0))
-    corr[gpu_ops] = n + gpu_ops + 1  # launched by nothing in the trace: an id no host call has
+    corr[gpu_ops] = CORRELATION_BASE + n + gpu_ops  # launched by nothing in the trace: an id no host call has
 
     steps = []
     for r, st, a, b in _step_spans(graph, sched, host_nodes[graph.kind[host_nodes] < 16]):
