@@ -97,3 +97,12 @@ def dask_timeout_option(func):
     """``--dask-timeout`` -> ``dask_timeout``."""
     return click.option("--dask-timeout", type=float, default=DASK_TIMEOUT_S, show_default=True,
                         help="Seconds to wait for the Dask scheduler.")(func)
+
+
+def serving_option(func):
+    """``--serving`` -> ``serving``: demand serving metrics (they are reported anyway when the trace has
+    request markers)."""
+    return click.option("--serving", is_flag=True,
+                         help="Report time to first token, time per output token and output tokens/s from the "
+                              "trace's request markers (automatic when present; with this flag a trace without "
+                              "them is an error). docs/serving.md.")(func)
