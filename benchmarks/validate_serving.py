@@ -18,7 +18,7 @@ named as assumptions in the output.
 1. SGLang PR #15188 [S31]: output-token throughput lost under CC by concurrency, with SGLang's
    overlap scheduler (``--overlap``), and with the fix (``--async-h2d``).
 2. vLLM PR #52226 [S32]: the two decode mechanisms, read from the TPOT breakdown by mechanism.
-3. PipeLLM [S33]: throughput lost with weight offloading (OPT-30B, OPT-66B) and KV offloading.
+3. PipeLLM [S27]: throughput lost with weight offloading (OPT-30B, OPT-66B) and KV offloading.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ BEGIN, END = "<!-- validate_serving:begin -->", "<!-- validate_serving:end -->"
 PRESET = "h100-sxm"
 
 SGLANG_LOSS = {1: 18.40, 4: 16.74, 8: 15.14, 16: 13.85, 32: 9.84, 64: 7.36, 128: 4.80, 256: 2.83}  # [S31], %
-PIPELLM_LOSS = {"opt-30b": 52.8, "opt-66b": 88.2}  # [S33], % of throughput, "up to"
+PIPELLM_LOSS = {"opt-30b": 52.8, "opt-66b": 88.2}  # [S27], % of throughput, "up to"
 
 # Workload settings (assumptions where the sources are silent; see the printed notes)
 FULL = {
@@ -180,7 +180,7 @@ def vllm(out: _Out, work: Path, w: dict, sglang_results: dict) -> None:
 
 
 def pipellm(out: _Out, work: Path, w: dict) -> None:
-    out("### 3. Offloading under CC (PipeLLM [S33])")
+    out("### 3. Offloading under CC (PipeLLM [S27])")
     out()
     out(f"`examples/offload.py`: batch {w['offload_batch']}, prompt {w['prompt_len']}, {w['gen_len']} generated "
         "tokens, fp16, every layer's weights (or KV cache) copied in from pinned host memory each forward, "

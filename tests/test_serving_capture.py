@@ -2,6 +2,8 @@
 
 import textwrap
 
+import numpy as np
+
 import pytest
 from click.testing import CliRunner
 
@@ -88,3 +90,91 @@ def test_kineto_user_annotations_become_request_markers(tmp_path):
     from fastrack.schema import DepKind
     prog = [d for d, k in zip(first.deps, first.dep_kinds) if k == DepKind.PROGRAM]
     assert prog and df.set_index("op_id").loc[prog[0], "name"] in ("cudaStreamSynchronize", "cpu")
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name,requests", [("serving.parquet", 8), ("serving_offload.parquet", 16)])
+def test_shipped_serving_traces_carry_complete_requests(name, requests):
+    from collections import Counter
+
+    from fastrack.markers import parse_request_marker
+
+    t = read_trace(ROOT / "traces" / name)
+    assert (ROOT / "traces" / name).stat().st_size < 2 * 1024 * 1024
+    names = t.column("name")
+    parsed = [parse_request_marker(str(n)) for n in names[np.char.startswith(names.astype(str), "request:")]]
+    by_event = Counter(e for e, _ in parsed)
+    assert by_event["arrive"] == by_event["first_token"] == by_event["finish"] == requests
+    assert by_event["token"] > 0
+    copy_dir = t.column("copy_dir")
+    assert (copy_dir == "H2D").sum() > 0 and (copy_dir == "D2H").sum() > 0
+
+
+def _capture_example(tmp_path, script, *args):
+    out = tmp_path / "ex.parquet"
+    r = CliRunner().invoke(tracegen_main, ["capture", "-o", str(out), str(ROOT / "examples" / script), "--", *args],
+                           catch_exceptions=False)
+    return r, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [[], ["--overlap"], ["--overlap", "--async-h2d"], ["--pageable-inputs"]])
+def test_serving_example_capture(emu, tmp_path, extra):
+    r, out = _capture_example(tmp_path, "serving.py", "--model", "tiny", "--requests", "3", "--concurrency", "2",
+                              "--input-len", "24", "--output-len", "4", *extra)
+    assert r.exit_code == 0, r.output
+    df = read_trace(out).table.to_pandas()
+    marks = df[df.name.str.startswith("request:")].name.str.split(":").str[1].value_counts()
+    assert marks["arrive"] == marks["first_token"] == marks["finish"] == 3
+    h2d = df[df.copy_dir == "H2D"]
+    assert len(h2d) > 0 and (h2d.bytes < 4096).all()  # only small host-built inputs (weights made on the GPU)
+    assert set(h2d.host_mem) == ({"pageable"} if "--pageable-inputs" in extra else {"pinned"})
+    if "--async-h2d" in extra:  # input copies on their own stream
+        assert h2d.stream.nunique() == 1 and h2d.stream.iloc[0] != df[df.kind == "kernel"].stream.mode()[0]
+    assert (df.copy_dir == "D2H").sum() >= marks["first_token"]  # a readback per step
+
+
+@pytest.mark.slow
+def test_serving_example_refuses_a_concurrency_it_cannot_run(emu, tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "serving.py"), "--concurrency", "513"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--concurrency" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("offload", ["weights", "kv"])
+def test_offload_example_moves_data_every_step(emu, tmp_path, offload):
+    r, out = _capture_example(tmp_path, "offload.py", "--model", "tiny", "--offload", offload, "--batch", "2",
+                              "--prompt-len", "8", "--gen-len", "3")
+    assert r.exit_code == 0, r.output
+    df = read_trace(out).table.to_pandas()
+    h2d = df[(df.copy_dir == "H2D") & (df.host_mem == "pinned")]
+    per_layer = 4 if offload == "weights" else 2  # weight matrices, or K and V
+    assert (h2d.bytes >= 4096).sum() >= 3 * 2 * per_layer  # 3 forwards x 2 layers
+    if offload == "kv":
+        assert ((df.copy_dir == "D2H") & (df.host_mem == "pinned")).sum() == 3 * 2 * 2
+
+
+@pytest.mark.slow
+def test_validate_serving_quick_writes_between_the_markers(tmp_path):
+    import subprocess
+    import sys
+
+    doc = tmp_path / "serving.md"
+    doc.write_text("head\n<!-- validate_serving:begin -->\nold\n<!-- validate_serving:end -->\ntail\n")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_serving.py"), "--quick", "--write",
+                        str(doc)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = doc.read_text()
+    assert text.startswith("head\n") and text.endswith("tail\n") and "old" not in text
+    assert "| 1 |" in text and "opt" not in text.split("### 3.")[0]
+    bad = tmp_path / "nomarkers.md"
+    bad.write_text("nothing\n")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_serving.py"), "--quick", "--write",
+                        str(bad)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and bad.read_text() == "nothing\n"
