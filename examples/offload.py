@@ -118,7 +118,7 @@ class Offloaded:
                 src = self.host_w[layer % len(self.host_w)]
                 for k in WEIGHT_SHAPES:
                     self.gpu_w[b][k].copy_(src[k], non_blocking=True)
-            else:
+            elif ctx > 0:  # the past K/V (none before the prompt's forward)
                 hk, hv = self.host_kv[layer % len(self.host_kv)]
                 gk, gv = self.gpu_kv[b]
                 gk[:, :ctx].copy_(hk[:, :ctx], non_blocking=True)
