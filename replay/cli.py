@@ -14,7 +14,7 @@ from fastrack import __version__
 from fastrack.cli_support import VERBOSITY_FLAGS, LazyGroup, fail, reports_errors, verbosity_options
 from fastrack.errors import FastrackError
 from replay.names import CAPTURED, NONE
-from replay.options import complete_protocols, data_parallel_options, json_option, model_options, scale_option
+from replay.options import complete_protocols, data_parallel_options, json_option, model_options, scale_option, serving_option
 from replay.report import format_summary
 
 COMMANDS = {
@@ -90,12 +90,14 @@ def main() -> None:
               help=f"Also replay under '{NONE}' (same model) to report the slowdown.")
 @data_parallel_options
 @scale_option
+@serving_option
 @reports_errors
 def run_command(trace, protocol, model, preset, overrides, as_json, timeline, overwrite, reference, data_parallel,
-                bucket_mb, scale):
+                bucket_mb, scale, serving):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
+    from replay.serving import format_serving, has_request_markers, overhead, require_markers, serving_metrics
     from replay.timeline import check_timeline_target, timeline_facts, write_timeline
     from replay.whatif import parse_scales
 
@@ -106,6 +108,9 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
         check_input_path(trace)
         check_timeline_target(timeline, [trace], overwrite)
     graph, tr = load_graph(trace)
+    if serving:
+        require_markers(graph, trace)
+    serving = has_request_markers(graph)
     if data_parallel is not None:  # what-if: a single-GPU training trace on N DDP ranks (docs/multi-gpu.md)
         from replay.dataparallel import data_parallel_graph
 
@@ -117,14 +122,22 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
     out["trace"] = str(trace)
     out["emulated"] = bool(tr.metadata.get("emulated", False))
     out["trace_source"] = {k: tr.metadata.get(k) for k in ("source_format", "gpu_model", "device_model", "trace_name")}
+    if serving:
+        out["serving"] = serving_metrics(rep.graph, rep.schedule)
     if protocol not in (CAPTURED, NONE) and reference:
-        ref = replay_graph(graph, NONE, model, preset, overrides, trace_ops=tr.num_ops, scales=scales).result
+        ref_rep = replay_graph(graph, NONE, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
+        ref = ref_rep.result
         out["reference"] = {"protocol": NONE, "makespan_ns": ref.makespan_ns}
         out["slowdown_vs_none"] = slowdown(rep.result.makespan_ns, ref.makespan_ns, JSON_DIGITS)
+        if serving and out["serving"]["complete_requests"]:
+            ref_serving = serving_metrics(ref_rep.graph, ref_rep.schedule)
+            out["serving"]["overhead_vs_none"] = overhead(out["serving"], ref_serving)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
     else:
         click.echo(format_summary(out))
+        if serving:
+            click.echo(format_serving(out["serving"], out["serving"].get("overhead_vs_none")))
 
 
 if __name__ == "__main__":

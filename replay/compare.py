@@ -18,6 +18,7 @@ from replay.graph import Category
 from replay.names import NONE
 from replay.options import (
     check_outputs, complete_protocols, data_parallel_options, json_option, model_options, overwrite_option, scale_option,
+    serving_option,
 )
 from replay.plugins import DEFAULT_MODEL
 from replay.report import fmt_ns
@@ -27,11 +28,14 @@ DEFAULT_PROTOCOLS = f"{NONE},baseline,fastrack"
 
 def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, preset: str | None = None,
             overrides: Sequence[str] = (), data_parallel: int | None = None,
-            bucket_mb: float = DEFAULT_BUCKET_MB, scales: Mapping[str, float] | None = None) -> dict[str, Any]:
+            bucket_mb: float = DEFAULT_BUCKET_MB, scales: Mapping[str, float] | None = None,
+            serving: bool = False) -> dict[str, Any]:
     """Replay ``trace`` under each protocol. Returns {'trace', 'rows': [...]} with slowdowns
     relative to ``none`` (added to the run if missing, as the reference). ``scales``: what-if
-    duration factors (:mod:`replay.whatif`), the same for every protocol."""
+    duration factors (:mod:`replay.whatif`), the same for every protocol. Rows carry serving
+    metrics (:mod:`replay.serving`) when the trace has request markers; ``serving`` demands them."""
     from replay.run import load_graph, replay_graph
+    from replay.serving import has_request_markers, require_markers, serving_metrics
     from replay.whatif import check_scales
 
     scales = check_scales(scales)
@@ -40,24 +44,33 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
     if not protocols:
         raise ConfigError("--protocols is empty: name at least one protocol")
     graph, tr = load_graph(trace)
+    if serving:
+        require_markers(graph, str(trace))
+    serving = has_request_markers(graph)
     if data_parallel is not None:  # what-if: the single-GPU trace on N DDP ranks (docs/multi-gpu.md)
         from replay.dataparallel import data_parallel_graph
 
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, protocols)
-    results = {}
+    results, served = {}, {}
     for p in dict.fromkeys([NONE, *protocols]):
-        results[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops, scales=scales).result
+        rep = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
+        results[p] = rep.result
+        if serving:
+            served[p] = serving_metrics(rep.graph, rep.schedule)
     dp = {"world": data_parallel, "bucket_mb": bucket_mb} if data_parallel is not None else None
-    return compare_report(trace, {p: results[p] for p in protocols}, results[NONE], dp)
+    return compare_report(trace, {p: results[p] for p in protocols}, results[NONE], dp, served or None)
 
 
 def compare_report(trace: Any, results: Mapping[str, Any], reference: Any,
-                   data_parallel: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   data_parallel: Mapping[str, Any] | None = None,
+                   served: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The report of :func:`compare` from replay results ({protocol: ReplayResult}, in row order)
     and the ``none`` replay (``reference``: the reference of every slowdown, also drawn as the first
     bar of the chart); also used by ``fastrack.compare``. ``data_parallel``: {world, bucket_mb} of a
-    data-parallel what-if."""
+    data-parallel what-if. ``served``: serving metrics per protocol, ``none`` included (rows then
+    carry them and their overhead against ``none``)."""
     from replay.results import JSON_DIGITS, slowdown
+    from replay.serving import overhead
 
     reference_ns = reference.makespan_ns if reference is not None else None
     dicts = {p: r.to_dict() for p, r in results.items()}
@@ -70,6 +83,10 @@ def compare_report(trace: Any, results: Mapping[str, Any], reference: Any,
             "critical_path_ns": r["critical_path_ns"],
             "nodes": r["nodes"],
         })
+        if served:
+            rows[-1]["serving"] = served[p]
+            if served[p]["complete_requests"] and served[NONE]["complete_requests"]:
+                rows[-1]["serving"]["overhead_vs_none"] = overhead(served[p], served[NONE])
     first = next(iter(dicts.values()))
     return {"trace": str(trace), "model": first.get("model"), "preset": first.get("preset"),
             "params_digest": first.get("params_digest"), "params": first.get("params"),
@@ -92,6 +109,37 @@ def format_table(d: dict[str, Any]) -> str:
         lines.append(f"{r['protocol']:<18} {fmt_ns(r['makespan_ns']):>14} {('%.2fx' % sd) if sd else 'n/a':>9}  "
                      + "  ".join(f"{fmt_ns(r['critical_path_ns'].get(c, 0)):>12}" for c in cats))
     lines.append("columns after 'vs none': time on the critical path by category")
+    if any("serving" in r for r in d["rows"]):
+        lines += ["", serving_table(d)]
+    return "\n".join(lines)
+
+
+def serving_table(d: dict[str, Any]) -> str:
+    """Serving metrics per protocol (mean TTFT, mean TPOT, output tokens/s, each vs none), then
+    the change of the TTFT and TPOT breakdowns against ``none`` by mechanism."""
+    from replay.serving import format_serving
+
+    head = f"{'protocol':<18} {'TTFT mean':>12} {'vs none':>8} {'TPOT mean':>12} {'vs none':>8} {'tokens/s':>11} {'vs none':>8}"
+    lines = [head, "-" * len(head)]
+
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:+.1f}%"
+
+    for r in d["rows"]:
+        m = r.get("serving") or {}
+        if not m.get("complete_requests"):
+            lines.append(f"{r['protocol']:<18} (no complete request)")
+            continue
+        o = m.get("overhead_vs_none", {})
+        tput = m["output_tokens_per_s"]
+        lines.append(f"{r['protocol']:<18} {fmt_ns(m['ttft_ns']['mean']):>12} {pct(o.get('ttft_mean')):>8} "
+                     f"{fmt_ns(m['tpot_ns']['mean'] or 0):>12} {pct(o.get('tpot_mean')):>8} "
+                     f"{'n/a' if tput is None else f'{tput:,.1f}':>11} {pct(o.get('output_tokens_per_s')):>8}")
+    for r in d["rows"]:
+        m = r.get("serving") or {}
+        if m.get("overhead_vs_none") and r["protocol"] != NONE:
+            lines.append(f"{r['protocol']}:")
+            lines += ["  " + ln for ln in format_serving(m, m["overhead_vs_none"]).splitlines()[4:]]
     return "\n".join(lines)
 
 
@@ -157,9 +205,11 @@ def plot_breakdown(d: dict[str, Any], path: str) -> None:
               help="Write a stacked critical-path chart, one bar per protocol and the none reference (.png, .svg, .pdf).")
 @data_parallel_options
 @scale_option
+@serving_option
 @overwrite_option
 @reports_errors
-def command(trace, protocols, model, preset, overrides, as_json, plot, data_parallel, bucket_mb, scale, overwrite):
+def command(trace, protocols, model, preset, overrides, as_json, plot, data_parallel, bucket_mb, scale, serving,
+            overwrite):
     """Replay TRACE under several protocols and compare makespan, slowdown and breakdown."""
     from replay.whatif import parse_scales
 
@@ -168,7 +218,8 @@ def command(trace, protocols, model, preset, overrides, as_json, plot, data_para
         from replay.figures import check_format
 
         check_format(plot, "--plot")  # before the replays
-    d = compare(trace, protocols.split(","), model, preset, overrides, data_parallel, bucket_mb, parse_scales(scale))
+    d = compare(trace, protocols.split(","), model, preset, overrides, data_parallel, bucket_mb, parse_scales(scale),
+                serving)
     if plot:
         plot_breakdown(d, plot)
     click.echo(json.dumps(d, sort_keys=True) if as_json else format_table(d))

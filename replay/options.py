@@ -154,3 +154,12 @@ def _finite(ctx, param, value):
     if value is not None and value != value:
         raise click.BadParameter("expected a number, got nan", ctx=ctx, param=param)
     return value
+
+
+def serving_option(func):
+    """``--serving`` -> ``serving``: demand serving metrics (they are reported anyway when the trace has
+    request markers)."""
+    return click.option("--serving", is_flag=True,
+                         help="Report time to first token, time per output token and output tokens/s from the "
+                              "trace's request markers (automatic when present; with this flag a trace without "
+                              "them is an error). docs/serving.md.")(func)

@@ -189,28 +189,30 @@ def step_spans(graph: OpGraph, sched: Schedule, entered: np.ndarray | None = Non
 
 
 @njit(cache=True)
-def _walk_critical_path(start, finish, pred, bound, slot_wait, category, edge_cat, ncat, launch_code, host_cat,
-                        group_code, lane_code, wait_cat):
-    totals = np.zeros(ncat, np.int64)
+def _walk_path(start, finish, pred, bound, slot_wait, i, t, t_stop, node_code, edge_code, ncode, launch_code,
+               release_code, group_code, lane_code, wait_code):
+    """Walk the critical path backwards from node ``i`` at time ``t`` down to ``t_stop``, adding
+    each stretch of time to one code: a node's own time to ``node_code[node]``, the lag of the
+    edge that bound a start to ``edge_code[edge kind]``, a pool-server wait to ``wait_code``, a
+    start bound by its release, by its lane or before the first node to ``release_code``.
+    Every nanosecond of (t_stop, t] goes to exactly one code. ``group_code`` and ``lane_code``
+    are the engine's BOUND_GROUP and BOUND_LANE."""
+    totals = np.zeros(ncode, np.int64)
     n = start.shape[0]
-    i = 0
-    for j in range(n):
-        if finish[j] > finish[i]:
-            i = j
-    t = finish[i]
-    origin = min(0, start.min())
     steps = 0
-    while i >= 0 and steps <= n:
+    while i >= 0 and steps <= n and t > t_stop:
         steps += 1
         s = start[i]
-        own = min(finish[i], t) - s
+        own = min(finish[i], t) - max(s, t_stop)
         if own > 0:
-            totals[category[i]] += own
+            totals[node_code[i]] += own
         if s < t:
             t = s
         w = slot_wait[i]  # the start waited this long for a pool server (bounce slot)
         if w > 0:
-            totals[wait_cat] += w
+            seg = t - max(t - w, t_stop)
+            if seg > 0:
+                totals[wait_code] += seg
             t -= w
         p = pred[i]
         b = bound[i]
@@ -224,28 +226,43 @@ def _walk_critical_path(start, finish, pred, bound, slot_wait, category, edge_ca
             anchor = finish[p]
         if anchor < t:
             if b == lane_code or b < 0:
-                cat = host_cat
+                code = release_code
             else:
-                cat = edge_cat[b]
-            totals[cat] += t - anchor
+                code = edge_code[b]
+            seg = t - max(anchor, t_stop)
+            if seg > 0:
+                totals[code] += seg
             t = anchor
         i = p
-    if t > origin:
-        totals[host_cat] += t - origin
+    if t > t_stop:
+        totals[release_code] += t - t_stop
     return totals
 
 
 _EDGE_CAT = np.array([int(EDGE_CATEGORY[DepKind(k)]) for k in range(len(DepKind))], np.int64)
 
 
+def path_totals(graph: OpGraph, sched: Schedule, node: int, t_end: int, t_stop: int,
+                node_code: np.ndarray | None = None, edge_code: np.ndarray | None = None,
+                ncode: int | None = None, other_code: int | None = None, wait_code: int | None = None) -> np.ndarray:
+    """Nanoseconds of the critical path that leads to ``node`` (from ``t_end`` back to ``t_stop``)
+    per code. By default the codes are the :class:`Category` values (``critical_path``); callers
+    may pass their own per-node and per-edge-kind codes (``replay.serving`` splits by mechanism).
+    """
+    if node_code is None:
+        node_code, edge_code, ncode = graph.category.astype(np.int64), _EDGE_CAT, len(Category)
+        other_code, wait_code = int(Category.HOST), int(Category.BOUNCE_WAIT)
+    return _walk_path(sched.start, sched.finish, sched.crit_pred, sched.bound_by.astype(np.int64), sched.slot_wait,
+                      int(node), int(t_end), int(t_stop), node_code, edge_code, int(ncode), int(DepKind.LAUNCH),
+                      int(other_code), BOUND_GROUP, BOUND_LANE, int(wait_code))
+
+
 def critical_path(graph: OpGraph, sched: Schedule) -> dict[str, int]:
     """Nanoseconds of the critical path per category; the values add up to the makespan."""
     if graph.n == 0:
         return {c.label: 0 for c in Category}
-    totals = _walk_critical_path(sched.start, sched.finish, sched.crit_pred, sched.bound_by.astype(np.int64),
-                                 sched.slot_wait, graph.category.astype(np.int64), _EDGE_CAT, len(Category),
-                                 int(DepKind.LAUNCH), int(Category.HOST), BOUND_GROUP, BOUND_LANE,
-                                 int(Category.BOUNCE_WAIT))
+    last = int(np.argmax(sched.finish))
+    totals = path_totals(graph, sched, last, int(sched.finish[last]), min(0, int(sched.start.min())))
     return {c.label: int(totals[int(c)]) for c in Category}
 
 

@@ -37,6 +37,7 @@ META_KEY = b"fastrack.study"
 CHUNK_ROWS = 200  # points per part file (at most)
 CHUNK_SECONDS = 10.0  # ... or this long since the last part was written
 TABLE_DIGITS = 9  # the slowdown column is rounded to this many decimals
+SERVING_COLUMNS = ("ttft_mean_ns", "tpot_mean_ns", "output_tokens_per_s")  # replay.serving.summary_row
 FIXED_COLUMNS = (
     "key", "trace", "trace_sha256", "protocol", "model", "preset", "preset_digest", "params_digest",
     "fastrack_version", "none_key", "makespan_ns", "slowdown", "captured_span_ns", "ops", "nodes",
@@ -66,6 +67,7 @@ def make_row(p: Point, r: Mapping[str, Any]) -> dict[str, Any]:
                 "nodes": r["nodes"]})
     for c in _category_labels():
         row[f"cp_{c}_ns"] = int(r["cp"].get(c, 0))
+    row.update(r.get("serving", {}))  # serving traces: ttft_mean_ns, tpot_mean_ns, output_tokens_per_s
     return row
 
 
@@ -257,6 +259,10 @@ def finish_table(df, swept: Sequence[str]):
     ref = df.set_index("key")["makespan_ns"]
     none = df["none_key"].map(ref) if "none_key" in df else pd.Series(np.nan, index=df.index)
     df = df.assign(slowdown=slowdown(df["makespan_ns"].astype("float64"), none.astype("float64"), TABLE_DIGITS))
+    for col in SERVING_COLUMNS:  # serving traces: each metric relative to the same point under none
+        if col in df:
+            ref_col = df["none_key"].map(df.set_index("key")[col]).astype("float64")
+            df[f"{col}_vs_none"] = slowdown(df[col].astype("float64"), ref_col, TABLE_DIGITS)
     param_cols = sorted(c for c in df.columns if "." in c)
     cp_cols = [c for c in df.columns if c.startswith("cp_")]
     first = [c for c in FIXED_COLUMNS if c in df.columns]

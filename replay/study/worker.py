@@ -44,12 +44,14 @@ def _graph(path: str, sha: str):
 def run_batch(batch: Sequence[tuple]) -> list[dict[str, Any]]:
     """Replay each point of ``batch`` (tuples from :meth:`Point.task`); runs in a worker."""
     from replay.run import replay_graph
+    from replay.serving import has_request_markers, serving_metrics, summary_row
 
     out = []
     for key, path, sha, protocol, model, preset, overrides, digest, scales in batch:
         t0 = time.perf_counter()
         graph, ops = _graph(path, sha)
-        res = replay_graph(graph, protocol, model, preset, overrides, trace_ops=ops, scales=dict(scales)).result
+        rep = replay_graph(graph, protocol, model, preset, overrides, trace_ops=ops, scales=dict(scales))
+        res = rep.result
         got_digest = (res.model or {}).get("digest")
         if got_digest is not None and str(got_digest) != digest:
             raise ConfigError(f"worker resolved parameters to digest {str(got_digest)[:12]}, the planner to "
@@ -59,4 +61,6 @@ def run_batch(batch: Sequence[tuple]) -> list[dict[str, Any]]:
                     "ops": int(res.ops), "nodes": int(res.nodes),
                     "cp": {k: int(v) for k, v in res.critical_path_ns.items()}, "version": __version__,
                     "wall_s": time.perf_counter() - t0})  # for occupancy figures only; not in the table
+        if has_request_markers(graph):  # a serving trace: its mean TTFT, TPOT and tokens/s (docs/serving.md)
+            out[-1]["serving"] = summary_row(serving_metrics(rep.graph, rep.schedule))
     return out

@@ -54,7 +54,10 @@ Meaning of ``kind`` on input:
 * ``KERNEL`` / ``MEMCPY`` / ``MEMSET`` / ``COLLECTIVE``: GPU ops, written out.
 * ``CPU``: **annotations**, never written out. Framework operators (Kineto ``cpu_op``, NVTX
   ranges) name the CPU gap ops; a CPU row named ``ProfilerStep#N`` defines step ``N`` over its
-  interval for every host op of its rank.
+  interval for every host op of its rank. Exception: a zero-duration CPU row named like a
+  request marker (``request:<event>:<id>``, :mod:`fastrack.markers`) is a **marker**, written out
+  as a host op of its thread at its start (docs/conventions.md rule 8); a marker that falls
+  inside a host call is absorbed by that call, like a nested call.
 
 A row is a *stream wait* (cudaStreamWaitEvent) when ``wait_stream >= 0``, or when
 ``event_corr >= 0`` and it is not a ``SYNC`` row. ``record_stream`` alone marks nothing (it is

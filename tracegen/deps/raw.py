@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fastrack.errors import TraceFormatError
+from fastrack.markers import REQUEST_PREFIX, parse_request_marker
 from fastrack.schema import OpKind
 from fastrack.traceio import COLUMN_DEFAULTS
 from tracegen.deps.search import EMPTY
@@ -99,11 +100,12 @@ class RawOps:
     wait_stream: np.ndarray
     scope: np.ndarray  # SCOPE_CODES value
     blocking: np.ndarray
+    marker: np.ndarray  # a request marker (fastrack.markers): a zero-duration CPU row written out as a host op
 
     @property
     def is_host(self) -> np.ndarray:
-        """CUDA runtime/driver calls."""
-        return (self.kind == OpKind.RUNTIME) | (self.kind == OpKind.SYNC)
+        """CUDA runtime/driver calls, and request markers."""
+        return (self.kind == OpKind.RUNTIME) | (self.kind == OpKind.SYNC) | self.marker
 
     @property
     def is_gpu(self) -> np.ndarray:
@@ -175,7 +177,11 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
         wait_stream=int_col(raw, "wait_stream", path),
         scope=_scope_codes(raw, path),
         blocking=raw["blocking"].fillna(False).to_numpy(bool) if "blocking" in raw else np.zeros(len(raw), bool),
+        marker=np.zeros(len(raw), bool),
     )
+    cpu0 = np.flatnonzero((kind == OpKind.CPU) & (dur == 0))
+    if cpu0.size:
+        ops.marker[cpu0] = map_unique(ops.names[cpu0], _is_request_marker).astype(bool)
     if not (ops.is_host.any() or ops.is_gpu.any()):
         raise TraceFormatError("empty trace: no CUDA calls and no GPU operations", path=path)
     return ops
@@ -190,8 +196,12 @@ class Annotations:
     operator_rows: np.ndarray  # raw rows of the other annotations
 
 
+def _is_request_marker(name) -> bool:
+    return isinstance(name, str) and name.startswith(REQUEST_PREFIX) and parse_request_marker(name) is not None
+
+
 def annotations(ops: RawOps) -> Annotations:
-    a_idx = np.flatnonzero(ops.kind == OpKind.CPU)
+    a_idx = np.flatnonzero((ops.kind == OpKind.CPU) & ~ops.marker)
     a_names = ops.names[a_idx]
 
     def step_no(x):

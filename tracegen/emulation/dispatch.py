@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from fastrack.schema import CopyDir
 from tracegen.emulation import costmodel
+from tracegen.emulation.annotations import record_annotation
 from tracegen.emulation.costmodel import TensorInfo
 from tracegen.emulation.reads import default_read
 from tracegen.emulation.tensors import (
@@ -234,6 +235,7 @@ class DispatchMode(TorchDispatchMode):
         name = func._schema.name
         if "record_function_enter" in name:
             handle = func(*args, **kwargs)
+            record_annotation(rec, str(args[0]) if args else "")  # request markers (annotations.py)
             m = _STEP_RE.match(str(args[0]) if args else "")
             if m:
                 rec.saw_explicit_step = True

@@ -24,6 +24,9 @@ What is kept (``docs/conventions.md``, ``docs/trace-formats.md`` of the shared n
   correlation and streams of event syncs and stream waits). Not ops themselves.
 * ``cpu_op``/``Operator``: names of the CPU gap ops (threads with CUDA calls only).
 * ``ProfilerStep#N`` (``user_annotation`` or ``cpu_op``): steps.
+* ``request:<event>:<id>`` (``user_annotation`` or ``cpu_op``, e.g. ``record_function`` ranges of a
+  serving loop, any thread of the process): request markers (:mod:`fastrack.markers`), one
+  zero-duration ``cpu`` op at the range's start (docs/serving.md).
 * Everything else (python_function, flows, instants, counters, overhead rows with pid -1, GPU
   user annotations, metadata rows) is skipped.
 
@@ -50,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from fastrack.errors import TraceFormatError
+from fastrack.markers import REQUEST_PREFIX, parse_request_marker
 from fastrack.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
 from tracegen.importers.jsondepth import MAX_NUMBER_CHARS, DepthGuard
@@ -692,13 +696,17 @@ def _frame(fd: _FileData) -> pd.DataFrame:
         is_step = np.array([bool(_STEP_RE.match(n)) if isinstance(n, str) and n[:1] == "P" else False for n in name], bool)
         code_a = np.array(code, np.int64)
         cuda_threads = set(parts[0]["thread"].tolist()) if fd.rt else set()
+        is_marker = np.array([isinstance(n, str) and n[:8] == REQUEST_PREFIX and parse_request_marker(n) is not None
+                              for n in name], bool)
         keep = is_step | ((code_a == _OP) & np.isin(tid_a, list(cuda_threads)) & (pid_a != -1))
+        keep |= is_marker & (pid_a != -1)
         if any(p != "X" for p in ph):
             keep &= np.array([p == "X" for p in ph], bool)
         if keep.any():
             sel = np.flatnonzero(keep)
             ts_a = _num([ts[i] for i in sel], "ts", names[sel], path)
             dur_a = _num([dur[i] for i in sel], "dur", names[sel], path, nonneg=True)
+            dur_a = np.where(is_marker[sel], 0.0, dur_a)  # a marker is the instant its range began
             parts.append(
                 pd.DataFrame(
                     {"kind": int(OpKind.CPU), "name": pd.Series(names[sel], dtype=object), "thread": tid_a[sel], "start_ns": _ns(ts_a, base),

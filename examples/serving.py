@@ -1,0 +1,497 @@
+"""An LLM server loop as vLLM runs it (written for a CUDA GPU; captured under emulation).
+
+Closed-loop load, as SGLang's and vLLM's benchmark clients drive a server with
+``--max-concurrency``: ``--requests`` requests with prompts of different lengths (``--input-len``
+scaled by a random factor in [``--range-ratio``, 1], as ``--random-range-ratio``) and output
+lengths; ``--concurrency`` of them are in the server at once, and each one that finishes is
+replaced by the next. Every step the scheduler admits new requests into free KV-cache slots,
+cuts their prompts into chunks within a token budget (``--max-batched-tokens``: chunked prefill)
+and runs ONE forward over every running request: prefill chunks and decode tokens together,
+flattened into one token batch (continuous batching, no padding).
+
+Per step, as vLLM's model runner does:
+
+* **small H2D inputs** built by the host: token ids, positions, slot mapping (where each token's
+  K/V goes in the cache), sequence lengths and logits indices (the query start locations),
+  from persistent pinned host buffers (``--pageable-inputs``: from pageable memory), each a
+  ``non_blocking`` copy on the compute stream (``--async-h2d``: on a separate copy stream that the
+  compute stream waits for, the fix SGLang PR #15188 describes; see below);
+* the forward: fused QKV and gate/up projections, RMSNorm, rotary embedding, the K/V of the
+  step written into a KV cache that lives in GPU memory (one region of ``--max-len`` tokens per
+  slot: a block table whose blocks are contiguous), attention over each request's context
+  (grouped-query attention where the model has fewer KV heads);
+* **sampling on the GPU** (temperature, the exponential-race sampler vLLM uses) and a per-step
+  **D2H readback** of the sampled token ids (``.tolist()``).
+
+``--overlap`` runs the scheduler one step ahead (SGLang's overlap scheduler, vLLM's async
+scheduling): the next step's inputs are built and its forward launched before the previous step's
+tokens are read back, which a side stream copies into pinned memory; the decode token ids are
+taken on the GPU from the previous step's samples. ``--cuda-graphs`` runs decode-only steps as
+CUDA-graph replays (captured per padded batch size, as vLLM does); the emulation in this
+version may not support CUDA graphs, so it is off by default.
+
+Host-side scheduling never depends on GPU values: output lengths are drawn up front (as a
+benchmark with ``ignore_eos`` does), so token ids read back under emulation are stand-ins.
+Request markers (``request:arrive|first_token|token|finish:<id>``, docs/serving.md) are written
+with ``torch.profiler.record_function`` when the host has admitted a request and when it has a
+token in hand; every step is ``ProfilerStep#N``.
+
+    python examples/serving.py --model llama3-8b --concurrency 8
+    tracegen capture examples/serving.py -- --model tiny --requests 8 --concurrency 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from toy_models import LlamaConfig
+
+# Model configurations (public architecture figures of each family; weights are random).
+MODELS = {
+    "tiny": LlamaConfig(dim=256, layers=2, heads=8, kv_heads=4, ffn=688, vocab=1024),
+    # dense multi-head attention, sub-1B
+    "qwen1.5-0.5b": LlamaConfig(dim=1024, layers=24, heads=16, kv_heads=16, ffn=2816, vocab=151936,
+                                rope_theta=1000000.0, norm_eps=1e-6, qkv_bias=True),
+    # grouped-query attention, 8B
+    "llama3-8b": LlamaConfig(dim=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256),
+    # dense multi-head attention, 13B
+    "llama2-13b": LlamaConfig(dim=5120, layers=40, heads=40, kv_heads=40, ffn=13824, vocab=32000,
+                              rope_theta=10000.0),
+    # grouped-query attention, 70B class (140 GB of bf16 weights: more than one 80 GB H100 holds;
+    # a what-if on one GPU, or use --layers for a slice of it)
+    "llama3-70b": LlamaConfig(dim=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=128256),
+}
+CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # decode batch sizes with a CUDA graph (vLLM's ladder)
+MAX_CONCURRENCY = CAPTURE_SIZES[-1]
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class Layer(nn.Module):
+    def __init__(self, c: LlamaConfig):
+        super().__init__()
+        self.h, self.kvh, self.hd = c.heads, c.kv_heads, c.dim // c.heads
+        self.eps = c.norm_eps
+        self.attn_norm = nn.Parameter(torch.ones(c.dim))
+        self.qkv = nn.Linear(c.dim, (c.heads + 2 * c.kv_heads) * self.hd, bias=c.qkv_bias)
+        self.o = nn.Linear(c.heads * self.hd, c.dim, bias=False)
+        self.mlp_norm = nn.Parameter(torch.ones(c.dim))
+        self.gate_up = nn.Linear(c.dim, 2 * c.ffn, bias=False)
+        self.down = nn.Linear(c.ffn, c.dim, bias=False)
+
+    def forward(self, x, cos, sin, cache, batch: "Batch"):
+        t = x.shape[0]
+        h = F.rms_norm(x, (x.shape[-1],), self.attn_norm, self.eps)
+        q, k, v = self.qkv(h).split([self.h * self.hd, self.kvh * self.hd, self.kvh * self.hd], dim=-1)
+        q = rotary(q.view(t, self.h, self.hd), cos, sin)
+        k = rotary(k.view(t, self.kvh, self.hd), cos, sin)
+        kc, vc = cache  # [slots * max_len, kv_heads, head_dim]
+        kc.index_copy_(0, batch.slot_mapping, k)  # this step's K/V into the cache
+        vc.index_copy_(0, batch.slot_mapping, v.view(t, self.kvh, self.hd))
+        out = attention(q, kc, vc, batch, self.h, self.kvh)
+        x = x + self.o(out.reshape(t, -1))
+        h = F.rms_norm(x, (x.shape[-1],), self.mlp_norm, self.eps)
+        gate, up = self.gate_up(h).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+def rotary(x, cos, sin):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def attention(q, kc, vc, batch: "Batch", heads: int, kv_heads: int):
+    """Attention of every scheduled token over its request's context in the cache. Decode rows
+    (one query token each) go through one batched call over their slots, with a length mask;
+    each prefill chunk through its own causal call over its slot's first ``end`` positions."""
+    hd = q.shape[-1]
+    max_len = batch.max_len
+    kv = kc.view(-1, max_len, kv_heads, hd)  # [slots, max_len, kv_heads, head_dim]
+    vv = vc.view(-1, max_len, kv_heads, hd)
+    gqa = kv_heads != heads
+    outs = []
+    for (slot, start, n) in batch.prefills:  # prefill chunks: causal within the chunk, all of the past before it
+        end = start + n
+        qp = q[batch.token_offset[slot]:batch.token_offset[slot] + n].transpose(0, 1)[None]
+        kp = kv[slot, :end].transpose(0, 1)[None]
+        vp = vv[slot, :end].transpose(0, 1)[None]
+        mask = None if start == 0 else torch.ones(n, end, dtype=torch.bool, device=q.device).tril(diagonal=start)
+        outs.append(F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, is_causal=start == 0,
+                                                   enable_gqa=gqa)[0].transpose(0, 1))
+    if batch.num_decode:  # one call over the slots 0..top-1; rows of slots not decoding are masked padding
+        top, span = batch.decode_top, batch.decode_span
+        qd = q.new_zeros(top, heads, hd).index_copy_(0, batch.decode_slots, q[batch.num_prefill_tokens:])
+        kd = kv[:top, :span].transpose(1, 2)
+        vd = vv[:top, :span].transpose(1, 2)
+        mask = (batch.positions_range[:span][None, :] < batch.slot_lens[:, None])[:, None, None, :]
+        od = F.scaled_dot_product_attention(qd[:, :, None, :], kd, vd, attn_mask=mask, enable_gqa=gqa)
+        outs.append(od[:, :, 0, :].index_select(0, batch.decode_slots))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+
+
+class ServeModel(nn.Module):
+    def __init__(self, c: LlamaConfig):
+        super().__init__()
+        self.c = c
+        self.embed = nn.Embedding(c.vocab, c.dim)
+        self.layers = nn.ModuleList(Layer(c) for _ in range(c.layers))
+        self.norm = nn.Parameter(torch.ones(c.dim))
+        self.head = nn.Linear(c.dim, c.vocab, bias=False)
+        hd = c.dim // c.heads
+        inv = 1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, batch: "Batch", caches):
+        x = self.embed(batch.input_ids)
+        freqs = batch.positions[:, None].float() * self.inv_freq[None, :]
+        cos, sin = freqs.cos().to(x.dtype)[:, None, :], freqs.sin().to(x.dtype)[:, None, :]
+        for layer, cache in zip(self.layers, caches):
+            x = layer(x, cos, sin, cache, batch)
+        h = F.rms_norm(x.index_select(0, batch.logits_indices), (x.shape[-1],), self.norm, self.c.norm_eps)
+        return self.head(h)
+
+
+def sample(logits, temperature: float):
+    """Sampling on the GPU: temperature, softmax, then the exponential race (argmax of p / E with
+    E ~ Exp(1)), as vLLM's sampler draws from the distribution without a host round trip."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    noise = torch.empty_like(probs).exponential_()
+    return probs.div_(noise).argmax(dim=-1)
+
+
+# --------------------------------------------------------------------------- the scheduler (host only)
+
+
+@dataclass
+class Request:
+    rid: int
+    prompt: list[int]
+    output_len: int
+    slot: int = -1
+    computed: int = 0  # prompt tokens whose K/V are in the cache
+    sampled: int = 0  # output tokens sampled on the GPU (scheduled)
+    delivered: int = 0  # output tokens the host has read back
+    last_token: int = 0  # the last token read back (a stand-in value under emulation)
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < len(self.prompt)
+
+    @property
+    def decoding(self) -> bool:
+        return not self.prefilling and 0 < self.sampled < self.output_len
+
+
+@dataclass
+class Batch:
+    """One step's inputs on the GPU and the host-side layout the forward needs."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor
+    logits_indices: torch.Tensor
+    decode_slots: torch.Tensor  # the KV-cache slot of each decode row (vLLM: its block-table row)
+    slot_lens: torch.Tensor  # context length of each slot 0..top-1 (1 for slots not decoding)
+    positions_range: torch.Tensor
+    max_len: int
+    prefills: list[tuple[int, int, int]]  # (slot, start, tokens) of each prefill chunk
+    token_offset: dict[int, int]  # slot -> first row of its chunk in the flattened batch
+    num_prefill_tokens: int
+    num_decode: int
+    decode_top: int  # decode attention runs over slots 0..decode_top-1
+    decode_span: int  # ... and their first decode_span positions
+    sampled_rows: list[Request] = field(default_factory=list)  # requests that get a token this step
+
+
+def mark(event: str, rid: int) -> None:
+    """A request marker (fastrack/markers.py names): the host is at this moment now."""
+    with torch.profiler.record_function(f"request:{event}:{rid}"):
+        pass
+
+
+class Server:
+    def __init__(self, args, cfg: LlamaConfig, device: str, dtype):
+        self.args, self.cfg, self.device = args, cfg, device
+        self.max_len = args.max_len
+        self.slots = args.concurrency
+        with torch.device(device):  # weights created on the GPU (no H2D of random weights)
+            self.model = ServeModel(cfg).to(dtype=dtype).eval()
+        hd = cfg.dim // cfg.heads
+        rows = (self.slots + 1) * self.max_len  # one slot more: the scratch slot padding rows write to
+        self.caches = [(torch.zeros(rows, cfg.kv_heads, hd, device=device, dtype=dtype),
+                        torch.zeros(rows, cfg.kv_heads, hd, device=device, dtype=dtype))
+                       for _ in range(cfg.layers)]
+        self.positions_range = torch.arange(self.max_len, device=device)
+        self.compute = torch.cuda.current_stream()
+        self.copy_stream = torch.cuda.Stream() if args.async_h2d else None
+        self.readback_stream = torch.cuda.Stream() if args.overlap else None
+        self.pin = not args.pageable_inputs
+        cap = args.max_batched_tokens + self.slots
+        self.host_buf = {name: self._host(cap) for name in ("input_ids", "positions", "slot_mapping")}
+        self.host_buf.update({name: self._host(self.slots + 1)
+                              for name in ("logits_indices", "decode_slots", "slot_lens", "prev_rows")})
+        self.graphs: dict[int, tuple] = {}
+        self.prev_tokens = None  # --overlap: the previous step's samples, on the GPU
+        self.prev_rows: list[Request] = []
+        self.pending = None  # --overlap: (pinned tokens, event, rows) of the step not yet read back
+
+    def _host(self, n: int) -> torch.Tensor:
+        t = torch.zeros(n, dtype=torch.int64)
+        return t.pin_memory() if self.pin else t
+
+    # -- host side
+    def schedule(self, running: list[Request]) -> tuple[list[tuple[Request, int]], list[Request]]:
+        """Every decode, then prefill chunks within the rest of the token budget (first come, first
+        served), as vLLM's scheduler does with chunked prefill."""
+        budget = self.args.max_batched_tokens
+        decodes = [r for r in running if r.decoding]
+        budget -= len(decodes)
+        chunks = []
+        for r in running:
+            if r.prefilling and budget > 0:
+                n = min(len(r.prompt) - r.computed, budget)
+                chunks.append((r, n))
+                budget -= n
+        return chunks, decodes
+
+    def inputs(self, chunks, decodes) -> Batch:
+        """Fill the host buffers (vectorised, as vLLM's input preparation) and copy them to the GPU."""
+        ids, pos, slots_, logit_rows = [], [], [], []
+        prefills, offsets, row, sampled = [], {}, 0, []
+        for r, n in chunks:
+            start = r.computed
+            offsets[r.slot] = row
+            prefills.append((r.slot, start, n))
+            ids += r.prompt[start:start + n]
+            pos += range(start, start + n)
+            slots_ += range(r.slot * self.max_len + start, r.slot * self.max_len + start + n)
+            row += n
+            if start + n == len(r.prompt):  # the chunk that completes the prompt samples the first token
+                logit_rows.append(row - 1)
+                sampled.append(r)
+        n_pre = row
+        top = max((r.slot for r in decodes), default=-1) + 1
+        slot_lens = [1] * top
+        for r in decodes:
+            p = len(r.prompt) + r.sampled - 1  # position of the last sampled token, fed back now
+            ids.append(r.last_token)
+            pos.append(p)
+            slots_.append(r.slot * self.max_len + p)
+            slot_lens[r.slot] = p + 1
+            logit_rows.append(row)
+            row += 1
+            sampled.append(r)
+        host = {"input_ids": ids, "positions": pos, "slot_mapping": slots_, "logits_indices": logit_rows,
+                "decode_slots": [r.slot for r in decodes], "slot_lens": slot_lens}
+        gpu = self.upload(host)
+        if self.args.overlap and decodes and self.prev_tokens is not None:
+            # decode token ids come from the previous step's samples on the GPU, never through the host
+            prev = {id(r): i for i, r in enumerate(self.prev_rows)}
+            idx = self.upload({"prev_rows": [prev.get(id(r), 0) for r in decodes]})["prev_rows"]
+            gpu["input_ids"][n_pre:] = self.prev_tokens.index_select(0, idx)
+        return Batch(input_ids=gpu["input_ids"], positions=gpu["positions"], slot_mapping=gpu["slot_mapping"],
+                     logits_indices=gpu["logits_indices"], decode_slots=gpu["decode_slots"],
+                     slot_lens=gpu["slot_lens"], positions_range=self.positions_range, max_len=self.max_len,
+                     prefills=prefills, token_offset=offsets, num_prefill_tokens=n_pre, num_decode=len(decodes),
+                     decode_top=top, decode_span=max(slot_lens, default=0), sampled_rows=sampled)
+
+    def upload(self, values: dict[str, list[int]]) -> dict[str, torch.Tensor]:
+        """Each list into its persistent host buffer (pinned unless --pageable-inputs), then one
+        non_blocking H2D copy each: on the compute stream, or on the copy stream (--async-h2d)
+        that the compute stream then waits for."""
+        stream = self.copy_stream or self.compute
+        out = {}
+        with torch.cuda.stream(stream):
+            for name, vals in values.items():
+                buf = self.host_buf[name]
+                n = max(len(vals), 1)
+                if vals:
+                    buf[:len(vals)] = torch.tensor(vals, dtype=torch.int64)
+                out[name] = buf[:n].to(self.device, non_blocking=True)
+        if self.copy_stream is not None:
+            self.compute.wait_stream(self.copy_stream)
+        return out
+
+    # -- one step
+    def forward(self, batch: Batch):
+        if self.args.cuda_graphs and not batch.prefills and batch.num_decode:
+            return self.graph_decode(batch)
+        logits = self.model(batch, self.caches)
+        return sample(logits, self.args.temperature)
+
+    def graph_decode(self, batch: Batch):
+        """A decode-only step as a CUDA-graph replay, padded to the next capture size (padding rows
+        write to the scratch slot). The graph's attention spans every slot and --max-len
+        positions, the shapes it was captured with."""
+        size = next(s for s in CAPTURE_SIZES if s >= batch.num_decode)
+        scratch = self.slots
+        g = self.graphs.get(size)
+        if g is None:
+            dev = self.device
+            static = Batch(input_ids=torch.zeros(size, dtype=torch.int64, device=dev),
+                           positions=torch.zeros(size, dtype=torch.int64, device=dev),
+                           slot_mapping=torch.full((size,), scratch * self.max_len, dtype=torch.int64, device=dev),
+                           logits_indices=torch.arange(size, device=dev),
+                           decode_slots=torch.full((size,), scratch, dtype=torch.int64, device=dev),
+                           slot_lens=torch.ones(self.slots + 1, dtype=torch.int64, device=dev),
+                           positions_range=self.positions_range, max_len=self.max_len, prefills=[], token_offset={},
+                           num_prefill_tokens=0, num_decode=size, decode_top=self.slots + 1,
+                           decode_span=self.max_len)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = sample(self.model(static, self.caches), self.args.temperature)
+            g = self.graphs[size] = (graph, static, out)
+        graph, static, out = g
+        n = batch.num_decode
+        for name in ("input_ids", "positions", "slot_mapping", "decode_slots"):
+            getattr(static, name)[:n].copy_(getattr(batch, name)[:n])
+        static.slot_lens[:batch.decode_top].copy_(batch.slot_lens)
+        graph.replay()
+        return out[:n]
+
+    def read_back(self, tokens, rows, finished_cb):
+        """The per-step D2H readback of the sampled tokens, then the markers of their requests."""
+        if self.args.overlap:
+            host = torch.empty(tokens.shape, dtype=torch.int64).pin_memory()
+            ev = torch.cuda.Event()
+            ev.record(self.compute)
+            with torch.cuda.stream(self.readback_stream):
+                self.readback_stream.wait_event(ev)
+                host.copy_(tokens, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record(self.readback_stream)
+            previous, self.pending = self.pending, (host, done, rows)
+            if previous is not None:
+                previous[1].synchronize()
+                self.deliver(previous[0].tolist(), previous[2], finished_cb)
+        else:
+            self.deliver(tokens.tolist(), rows, finished_cb)
+
+    def drain(self, finished_cb):
+        if self.pending is not None:
+            self.pending[1].synchronize()
+            self.deliver(self.pending[0].tolist(), self.pending[2], finished_cb)
+            self.pending = None
+
+    def deliver(self, token_ids, rows, finished_cb):
+        """The host has these tokens in hand: markers, then requests that are done leave. Lengths
+        were fixed up front, so no decision depends on the values (stand-ins under emulation)."""
+        for r, tok in zip(rows, token_ids):
+            r.delivered += 1
+            r.last_token = int(tok)
+            mark("first_token" if r.delivered == 1 else "token", r.rid)
+            if r.delivered >= r.output_len:
+                mark("finish", r.rid)
+                finished_cb(r)
+
+
+def make_requests(args, vocab: int) -> list[Request]:
+    rng = random.Random(args.seed)
+    reqs = []
+    for i in range(args.requests):
+        n_in = max(1, int(args.input_len * rng.uniform(args.range_ratio, 1.0)))
+        n_out = max(1, int(args.output_len * rng.uniform(args.range_ratio, 1.0)))
+        reqs.append(Request(rid=i, prompt=[rng.randrange(vocab) for _ in range(n_in)], output_len=n_out))
+    return reqs
+
+
+def check_args(args) -> str | None:
+    """What is wrong with the options (one line), or None."""
+    if not 1 <= args.concurrency <= MAX_CONCURRENCY:
+        return f"--concurrency must be in [1, {MAX_CONCURRENCY}] (the largest CUDA-graph batch), got {args.concurrency}"
+    if args.requests < 1:
+        return f"--requests must be at least 1, got {args.requests}"
+    if args.input_len < 1 or args.output_len < 1:
+        return "--input-len and --output-len must be at least 1"
+    if args.input_len + args.output_len > args.max_len:
+        return f"--input-len + --output-len ({args.input_len + args.output_len}) exceeds --max-len ({args.max_len})"
+    if args.max_batched_tokens < args.concurrency:
+        return (f"--max-batched-tokens ({args.max_batched_tokens}) must hold one decode token per request "
+                f"(--concurrency {args.concurrency})")
+    if not 0 < args.range_ratio <= 1:
+        return f"--range-ratio must be in (0, 1], got {args.range_ratio}"
+    return None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=sorted(MODELS), default="tiny")
+    p.add_argument("--layers", type=int, help="Keep only this many layers (a slice of a large model).")
+    p.add_argument("--requests", type=int, default=16)
+    p.add_argument("--concurrency", type=int, default=4, help=f"Requests in the server at once (1-{MAX_CONCURRENCY}).")
+    p.add_argument("--input-len", type=int, default=256)
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--range-ratio", type=float, default=0.5,
+                   help="Lengths are drawn uniformly in [ratio x len, len] (random-range-ratio).")
+    p.add_argument("--max-len", type=int, default=2048, help="KV-cache positions per request slot.")
+    p.add_argument("--max-batched-tokens", type=int, default=2048, help="Token budget of one step (chunked prefill).")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--overlap", action="store_true",
+                   help="Schedule one step ahead; read tokens back on a side stream (SGLang overlap scheduler).")
+    p.add_argument("--async-h2d", action="store_true",
+                   help="Input H2D copies on their own stream, off the compute stream (the SGLang/vLLM CC fix).")
+    p.add_argument("--pageable-inputs", action="store_true", help="Host input buffers in pageable memory.")
+    p.add_argument("--cuda-graphs", action="store_true", help="Decode-only steps as CUDA-graph replays.")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    problem = check_args(args)
+    if problem:
+        print(f"serving.py: {problem}", file=sys.stderr)
+        sys.exit(2)
+    cfg = MODELS[args.model]
+    if args.layers:
+        cfg = dataclasses.replace(cfg, layers=args.layers)
+
+    torch.manual_seed(args.seed)
+    server = Server(args, cfg, "cuda", torch.bfloat16)
+    waiting = deque(make_requests(args, cfg.vocab))
+    running: list[Request] = []
+    free_slots = list(range(args.concurrency))
+    done = 0
+
+    def finished(r: Request) -> None:
+        nonlocal done
+        running.remove(r)
+        free_slots.append(r.slot)
+        done += 1
+
+    step = 0
+    with torch.inference_mode():
+        while waiting or running:
+            with torch.profiler.record_function(f"ProfilerStep#{step}"):
+                while waiting and free_slots:  # a request arrives when a client's previous one is done
+                    r = waiting.popleft()
+                    free_slots.sort()
+                    r.slot = free_slots.pop(0)
+                    running.append(r)
+                    mark("arrive", r.rid)
+                chunks, decodes = server.schedule(running)
+                if chunks or decodes:
+                    batch = server.inputs(chunks, decodes)
+                    tokens = server.forward(batch)
+                    for r, n in chunks:
+                        r.computed += n
+                    for r in batch.sampled_rows:
+                        r.sampled += 1
+                    if args.overlap:
+                        server.prev_tokens, server.prev_rows = tokens, batch.sampled_rows
+                    server.read_back(tokens, batch.sampled_rows, finished)
+                else:  # everything is sampled; only the last readback is outstanding (--overlap)
+                    server.drain(finished)
+            step += 1
+    print(f"served {done} requests in {step} steps ({args.model}, concurrency {args.concurrency})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
