@@ -32,6 +32,7 @@ import random
 import resource
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -679,7 +680,9 @@ def _finish(case, d, rc, usage, seconds, before, mem_mb, timeout_s, save):
     if outcome.problems and save is not None:
         dest = save / f"case{case.index}"
         shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(d, dest, symlinks=True)
+        shutil.copytree(d, dest, symlinks=True,  # FIFOs are recreated by --only, not copied
+                        ignore=lambda root, names: [n for n in names if os.path.exists(os.path.join(root, n))
+                                                    and stat.S_ISFIFO(os.lstat(os.path.join(root, n)).st_mode)])
         (dest / "argv.json").write_text(json.dumps({"tool": case.tool, "argv": case.argv}))
     shutil.rmtree(d, ignore_errors=True)
     return outcome
