@@ -8,6 +8,17 @@ what was expected and what was found.
 from __future__ import annotations
 
 
+def shown(text: object) -> str:
+    """A name for a message: quoted when it looks like a name a person typed (a protocol, a model,
+    a preset); otherwise, since it may come from a file and files carry tokens, only its length."""
+    import re
+
+    s = str(text)
+    if len(s) <= 24 and re.fullmatch(r"[A-Za-z0-9_.:+-]*", s):
+        return f"'{s}'"
+    return f"(a name of {len(s)} characters)"
+
+
 class FastrackError(Exception):
     """Base class of every error the project raises on purpose."""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -173,6 +174,9 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
+_VERSION_RE = re.compile(r"^v?[0-9]+(\.[0-9]+)*([.+_-][0-9A-Za-z]{1,16}){0,3}$")
+
+
 def clean_metadata(meta: dict[str, Any]) -> dict[str, Any]:
     """Keep only whitelisted metadata keys with values of the right JSON type.
 
@@ -186,11 +190,14 @@ def clean_metadata(meta: dict[str, Any]) -> dict[str, Any]:
         value = meta[key]
         if not isinstance(value, expected):
             continue
-        if key == "tool_versions":
-            value = {str(k): str(v) for k, v in value.items() if isinstance(v, (str, int, float))}
+        if key == "tool_versions":  # only values shaped like versions: a field of the source may hold anything
+            value = {str(k)[:40]: str(v) for k, v in value.items()
+                     if isinstance(v, (str, int, float)) and not isinstance(v, bool) and _VERSION_RE.match(str(v))}
         if key == "source_files":
             value = [str(v).replace("\\", "/").rsplit("/", 1)[-1] for v in value]
         if key == "ranks":
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                continue  # a damaged list is dropped (like any other wrong type), never half-read
             value = [int(v) for v in value]
         if key == "capture_notes":
             value = [str(v) for v in value]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from fastrack.errors import ConfigError
+from fastrack.errors import ConfigError, shown
 
 SOURCE_SUFFIX = "_source"
 PRESET_TABLE = "preset"
@@ -162,7 +162,7 @@ def _raw_with_bases(path: Path, seen: tuple[Path, ...] = (), model: str | None =
         if key not in head:
             raise ConfigError(f"[{PRESET_TABLE}] is missing key '{key}'", path=path)
     if model is not None and head.get("model", model) != model:
-        raise ConfigError(f"[{PRESET_TABLE}] model: this preset is for model '{head['model']}', not '{model}'",
+        raise ConfigError(f"[{PRESET_TABLE}] model: this preset is for model {shown(head['model'])}, not '{model}'",
                           path=path)
     for table, body in raw.items():
         if not isinstance(body, dict):

@@ -18,13 +18,12 @@ pyproject.toml); names are unique across distributions. Unknown names raise
 
 from __future__ import annotations
 
-import re
 
 import functools
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from fastrack.errors import PluginError
+from fastrack.errors import PluginError, shown
 
 MODELS_GROUP = "fastrack.models"
 DEFAULT_MODEL = "h100"  # the model every command uses unless told otherwise (shipped with Fastrack)
@@ -58,13 +57,7 @@ def installed(group: str) -> dict[str, str]:
     return {n: ep.value for n, ep in sorted(_entries(group).items())}
 
 
-def shown_name(name: Any) -> str:
-    """A name for a message: quoted when it looks like a plug-in name a person typed; otherwise
-    (it may come from a study file, and files carry tokens) only its length."""
-    text = str(name)
-    if len(text) <= 24 and re.fullmatch(r"[A-Za-z0-9_.:+-]*", text):
-        return f"'{text}'"
-    return f"(a name of {len(text)} characters)"
+shown_name = shown  # fastrack.errors.shown
 
 
 def _load(group: str, what: str, name: str) -> Any:

@@ -19,7 +19,7 @@ import os
 from typing import Any, Iterable, Iterator, Mapping
 
 from fastrack import __version__
-from fastrack.errors import ConfigError, PluginError
+from fastrack.errors import ConfigError, PluginError, shown
 from replay.names import CAPTURED, NONE
 from replay.study.spec import StudySpec, flatten, override_text
 
@@ -122,7 +122,7 @@ def check_protocols(protocols: Iterable[str]) -> set[str]:
     available = set(plugins.available_protocols())
     for p in protocols:
         if p != CAPTURED and p.split("+")[0].strip() not in available:  # NAME+OPTION: options checked on load
-            raise PluginError(f"unknown protocol '{p}' (available: {', '.join(sorted(available | {CAPTURED}))})")
+            raise PluginError(f"unknown protocol {shown(p)} (available: {', '.join(sorted(available | {CAPTURED}))})")
     return available
 
 

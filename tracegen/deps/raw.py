@@ -122,7 +122,7 @@ def _check_times(raw: pd.DataFrame, path: str | None) -> None:
             if bad.size:
                 i = int(bad[0])
                 raise TraceFormatError(
-                    f"field '{c}' of op '{raw['name'].iloc[i]}' is not a finite number ({s.iloc[i]!r}); "
+                    f"field '{c}' of raw op {i} is not a finite number; "
                     f"{bad.size} op(s) affected",
                     path=path,
                 )
@@ -159,7 +159,7 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
     if neg.size:
         i = int(neg[0])
         raise TraceFormatError(
-            f"op '{raw['name'].iloc[i]}' has a negative duration ({int(dur[i])} ns); {neg.size} op(s) affected",
+            f"raw op {i} has a negative duration ({int(dur[i])} ns); {neg.size} op(s) affected",
             path=path,
         )
     ops = RawOps(

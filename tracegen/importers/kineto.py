@@ -446,6 +446,13 @@ def _read_file(path: str) -> _FileData:
 # --------------------------------------------------------------------------- column helpers
 
 
+def _nth(i: int) -> str:
+    """'the 3rd' (events are named by position, never by their name: names are data)."""
+    n = i + 1
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"the {n:,}{suffix}"
+
+
 def _num(values: Iterable, what: str, names, path: str, *, nonneg: bool = False) -> np.ndarray:
     """Microsecond values -> float64 array, with errors naming the event."""
     vals = list(values)
@@ -456,17 +463,21 @@ def _num(values: Iterable, what: str, names, path: str, *, nonneg: bool = False)
             try:
                 float(v)
             except (TypeError, ValueError):
-                raise TraceFormatError(f"event '{names[i]}' has a non-numeric '{what}' (a {type(v).__name__})",
+                raise TraceFormatError(f"{_nth(i)} event of its kind has a non-numeric '{what}' (a {type(v).__name__})",
                                        path=path) from None
         raise
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise TraceFormatError(f"event '{names[i]}' has a missing or NaN '{what}'; {int(bad.sum())} event(s) affected", path=path)
+        raise TraceFormatError(f"{_nth(i)} event of its kind has a missing or NaN '{what}'; {int(bad.sum())} event(s) affected", path=path)
+    if nonneg and (arr * 1000.0 > MAX_SPAN_NS).any():  # a duration no trace can hold (and no int64 either)
+        i = int(np.flatnonzero(arr * 1000.0 > MAX_SPAN_NS)[0])
+        raise TraceFormatError(f"{_nth(i)} event of its kind has a '{what}' longer than the {MAX_SPAN_NS / 86400e9:.0f} days a "
+                               "trace may span", path=path)
     if nonneg and (arr < 0).any():
         i = int(np.flatnonzero(arr < 0)[0])
         raise TraceFormatError(
-            f"event '{names[i]}' has a negative duration ({arr[i]:g} us); {int((arr < 0).sum())} event(s) affected",
+            f"{_nth(i)} event of its kind has a negative duration ({arr[i]:g} us); {int((arr < 0).sum())} event(s) affected",
             path=path,
         )
     return arr
