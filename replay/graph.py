@@ -101,11 +101,22 @@ MAX_NODES = 2**26  # nodes a graph may have after a protocol transform (about 10
 MAX_TIME_NS = 2**62  # no schedule may reach this: every time stays inside int64 with room to add
 
 
+MIN_NODE_BUDGET = 2**22  # any trace may grow to this many nodes (about 1-2 GB of replay state)
+NODE_GROWTH = 16  # ... or to this many times its own size: memory stays proportional to the input
+
+
+def node_budget(current: int) -> int:
+    """The most nodes a graph of ``current`` nodes may grow to through a protocol transform."""
+    return min(MAX_NODES, max(MIN_NODE_BUDGET, NODE_GROWTH * current))
+
+
 def check_node_budget(current: int, added: int, what: str) -> None:
-    """Refuse a transform that would grow the graph past :data:`MAX_NODES`, before allocating."""
-    if current + added > MAX_NODES:
-        raise GraphError(f"{what} needs up to {current + added:,} graph nodes, more than the "
-                         f"{MAX_NODES:,} a replay may hold; use larger chunks or a shorter trace")
+    """Refuse a transform that would grow the graph past :func:`node_budget`, before allocating."""
+    limit = node_budget(current)
+    if current + added > limit:
+        raise GraphError(f"{what} needs up to {current + added:,} graph nodes, more than the {limit:,} a replay of "
+                         f"this trace may hold; use larger chunks (e.g. --set bounce.slot_bytes) or check the trace's "
+                         "byte counts")
 
 
 @dataclass(frozen=True)

@@ -47,11 +47,11 @@ def check_factor(kind: str, factor: float, label: str | None = None) -> float:
     if kind not in SCALE_KINDS:
         raise ConfigError(f"{label}: unknown kind '{kind}' (expected one of {', '.join(SCALE_KINDS)})")
     if isinstance(factor, (bool, np.bool_)):
-        raise ConfigError(f"{label}: factor must be a number, got {factor!r}")
+        raise ConfigError(f"{label}: factor must be a number, got a {type(factor).__name__}")
     try:
         f = float(factor)
     except (TypeError, ValueError):
-        raise ConfigError(f"{label}: factor must be a number, got {factor!r}") from None
+        raise ConfigError(f"{label}: factor must be a number, got a {type(factor).__name__}") from None
     if not math.isfinite(f) or f <= 0 or f > MAX_FACTOR:
         raise ConfigError(f"{label}={factor}: factor must be finite, > 0 and <= {MAX_FACTOR:g}")
     return f
@@ -70,7 +70,8 @@ def parse_scales(items: Iterable[str]) -> dict[str, float]:
         try:
             number = float(value.strip())
         except ValueError:
-            raise ConfigError(f"--scale {kind}: factor must be a number, got '{value.strip()}'") from None
+            raise ConfigError(f"--scale {kind}: factor must be a number, got text of {len(value.strip())} "
+                              "characters") from None
         out[kind] = check_factor(kind, number, f"--scale {kind}" if kind in SCALE_KINDS else None)
     return out
 

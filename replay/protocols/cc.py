@@ -182,7 +182,7 @@ class _DataPath:
 
     @staticmethod
     def of(g: OpGraph, model, cp: Copies, opts: CCOptions) -> "_DataPath":
-        ch = chunk(cp.nbytes, model.bounce_slot_bytes)
+        ch = chunk(cp.nbytes, model.bounce_slot_bytes, g.n)
         h2d_copy = cp.direction == CopyDir.H2D
         qualifies = np.asarray(model.direct_eligible(cp.direction, g.host_mem[cp.node], cp.nbytes), bool)
         direct = qualifies & opts.direct

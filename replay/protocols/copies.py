@@ -91,7 +91,7 @@ class Chunks:
 NODES_PER_CHUNK = 8  # an upper bound on the nodes a protocol builds per chunk (the CC path builds at most 6)
 
 
-def chunk(nbytes: np.ndarray, slot_bytes: int) -> Chunks:
+def chunk(nbytes: np.ndarray, slot_bytes: int, graph_nodes: int = 0) -> Chunks:
     """Split each copy into bounce-slot-sized chunks (bytes conserved per copy)."""
     nbytes = np.asarray(nbytes, dtype=np.int64)
     count = np.maximum(1, -((-nbytes) // np.int64(slot_bytes)))
@@ -99,7 +99,7 @@ def chunk(nbytes: np.ndarray, slot_bytes: int) -> Chunks:
     if count.size:
         np.cumsum(count[:-1], out=first[1:])
     total = int(count.sum()) if count.size else 0
-    check_node_budget(0, NODES_PER_CHUNK * total, f"cutting {count.size:,} copies into {slot_bytes:,}-byte bounce slots")
+    check_node_budget(graph_nodes, NODES_PER_CHUNK * total, f"cutting {count.size:,} copies into {slot_bytes:,}-byte bounce slots")
     copy = np.repeat(np.arange(count.shape[0], dtype=np.int64), count)
     j = np.arange(total, dtype=np.int64) - first[copy]
     k = count[copy]

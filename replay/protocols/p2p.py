@@ -142,7 +142,7 @@ def transform_p2p(graph: OpGraph, model, opts: P2POptions, protocol: str = "base
     g = _without_barriers(g, col.node)
     ed = GraphEditor(g)
     ends = _Ends.of(g, model, col, msg)
-    ch = _Chunks.of(msg.nbytes, model.p2p_chunk_bytes)
+    ch = _Chunks.of(msg.nbytes, model.p2p_chunk_bytes, g.n)
     priority = _priorities(g, col, msg, ch)
     gpus = col.n[msg.inst]  # per message: GPUs of its collective (which link it takes)
     latency = np.zeros(len(msg), np.int64)
@@ -183,10 +183,10 @@ class _Chunks:
     last: np.ndarray  # per message: its last chunk
 
     @staticmethod
-    def of(nbytes: np.ndarray, chunk_bytes: int) -> "_Chunks":
+    def of(nbytes: np.ndarray, chunk_bytes: int, graph_nodes: int = 0) -> "_Chunks":
         nbytes = np.asarray(nbytes, np.int64)
         count = np.maximum(1, -(-nbytes // np.int64(chunk_bytes)))
-        check_node_budget(0, NODES_PER_CHUNK * int(count.sum()), f"cutting {count.size:,} messages into {chunk_bytes:,}-byte chunks")
+        check_node_budget(graph_nodes, NODES_PER_CHUNK * int(count.sum()), f"cutting {count.size:,} messages into {chunk_bytes:,}-byte chunks")
         first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         msg = np.repeat(np.arange(nbytes.size, dtype=np.int64), count)
         j = np.arange(msg.size, dtype=np.int64) - first[msg]

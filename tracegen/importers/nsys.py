@@ -121,6 +121,7 @@ def read_nsys(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, Any]]:
     _check_sqlite_file(path)
     try:
         conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+        conn.text_factory = _text  # invalid UTF-8 in a name must not stop the import
     except sqlite3.Error as exc:
         raise TraceFormatError(f"cannot open SQLite database ({exc})", path=path) from None
     try:
@@ -161,6 +162,10 @@ def _check_sqlite_file(path: str) -> None:
 
 
 # --------------------------------------------------------------------------- SQL helpers
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
