@@ -201,6 +201,12 @@ def _query(conn: sqlite3.Connection, sql: str, names: list[str]) -> pd.DataFrame
     rows = conn.execute(sql).fetchall()
     df = pd.DataFrame.from_records(rows, columns=names)
     for name in names:
+        if name not in _INT_COLUMNS and len(df) and df[name].dtype == object:  # a text column may hold a blob
+            col = df[name]
+            if col.map(lambda v: isinstance(v, (bytes, bytearray))).any():
+                df[name] = col.map(lambda v: bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, bytearray))
+                                   else v)
+            continue
         if name not in _INT_COLUMNS or df[name].dtype.kind in "iu" or not len(df):
             continue
         col = df[name]
