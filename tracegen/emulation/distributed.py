@@ -43,7 +43,7 @@ from torch._C._distributed_c10d import Work
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fastrack.errors import CaptureError
-from fastrack.schema import DepKind, OpKind
+from fastrack.schema import OpKind
 from tracegen.emulation.timeline import Recorder
 
 BACKEND = "fastrack_emulated"
