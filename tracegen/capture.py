@@ -62,7 +62,7 @@ def run_script(script: str | os.PathLike, script_args: Sequence[str] = ()) -> No
         code = exc.code
         if code not in (None, 0):
             raise CaptureError(f"the script exited with status {code}; no trace written", path=str(path)) from None
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, CaptureError):  # CaptureError: the emulation refused a call (one line)
         raise
     except BaseException as exc:  # the script's own error: show it, then fail
         _print_script_traceback(exc, path)

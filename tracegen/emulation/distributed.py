@@ -33,6 +33,7 @@ re-prices collectives under every protocol (docs/multi-gpu.md), so this only mat
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -159,12 +160,16 @@ def _on_gpu(tensors) -> bool:
 class EmulatedGroup(dist.ProcessGroup):
     """The in-process backend: records each collective on the rank's timeline, moves no data."""
 
-    def __init__(self, rank: int, world: int, name: str):
+    def __init__(self, rank: int, world: int, name: str, torch_name: str):
         super().__init__(rank, world)
-        self._rank_, self._world_, self._name = rank, world, name
+        self._rank_, self._world_, self._name, self._torch_name = rank, world, name, torch_name
 
     def size(self) -> int:
         return self._world_
+
+    @property
+    def group_name(self) -> str:  # torch uses this object as the group itself; C++ looks the name up in
+        return self._torch_name   # its backends, which a Python group has none of (DeviceMesh reads it)
 
     def getBackendName(self) -> str:
         return BACKEND
@@ -235,6 +240,24 @@ class EmulatedGroup(dist.ProcessGroup):
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         return self._record("reduce_scatter", inputs, _nbytes(inputs), outputs)
 
+    def all_gather_single(self, output, input, opts=None):
+        return self._record("all_gather", [input], _nbytes([input]), output)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self._record("all_gather", inputs, _nbytes(inputs), outputs)
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        return self._record("all_gather", inputs, _nbytes(inputs), output_lists)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._record("reduce_scatter", [input], _nbytes([input]), output)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self._record("reduce_scatter", inputs, _nbytes(inputs), outputs)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self._record("all_to_all", [input], _nbytes([input]), output)
+
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         return self._record("all_to_all", [input], _nbytes([input]), output)
 
@@ -246,8 +269,7 @@ class EmulatedGroup(dist.ProcessGroup):
         return self._record("all_reduce", [one], one.element_size(), None, block=True)
 
     def _unsupported(self, what: str):
-        raise CaptureError(f"emulation does not support torch.distributed {what} (point-to-point or scatter/"
-                           "gather); no trace written")
+        raise CaptureError(f"emulation does not support torch.distributed {what}; no trace written")
 
     def send(self, *a, **k):
         self._unsupported("send")
@@ -261,6 +283,12 @@ class EmulatedGroup(dist.ProcessGroup):
     def gather(self, *a, **k):
         self._unsupported("gather")
 
+    def monitored_barrier(self, *a, **k):
+        self._unsupported("monitored_barrier")
+
+    def _start_coalescing(self, *a, **k):
+        self._unsupported("coalescing (_coalescing_manager)")
+
     def scatter(self, *a, **k):
         self._unsupported("scatter")
 
@@ -268,7 +296,8 @@ class EmulatedGroup(dist.ProcessGroup):
 def _create(opts, _backend_options=None):  # register_backend(extended_api=True) factory
     ranks = sorted(int(r) for r in opts.global_ranks_in_group) or list(range(int(opts.group_size)))
     # torch's group name (the same on every rank) plus its ranks: "0:0-1", "1:0,2"
-    return EmulatedGroup(int(opts.group_rank), int(opts.group_size), f"{opts.group_id}:{_ranks_label(ranks)}")
+    return EmulatedGroup(int(opts.group_rank), int(opts.group_size), f"{opts.group_id}:{_ranks_label(ranks)}",
+                         str(opts.group_id))
 
 
 def _ranks_label(ranks: list[int]) -> str:
@@ -364,6 +393,41 @@ def _rank_devices(local_rank: int, local_world: int):
     return undo
 
 
+def _refuse_fsdp():
+    """FSDP fails under emulation (FullyShardedDataParallel: torch's C++ accelerator checks find no
+    device; fully_shard: parameters re-pointed with ``set_data`` across meta and real tensors), so
+    both are refused up front with one line. Returns the function that restores them."""
+    saved: list[tuple[Any, str, Any]] = []
+
+    def refuse(name):
+        def unsupported(*_a, **_k):
+            raise CaptureError(f"emulation does not support FSDP ({name}): its parameter sharding needs real "
+                               "device storage, which the emulated GPU does not have; use DDP, or capture one "
+                               "rank's model without FSDP; no trace written")
+        return unsupported
+
+    try:
+        import torch.distributed.fsdp as fsdp
+    except ImportError:  # pragma: no cover - torch without distributed support
+        return lambda: None
+    saved.append((fsdp.FullyShardedDataParallel, "__init__", fsdp.FullyShardedDataParallel.__init__))
+    fsdp.FullyShardedDataParallel.__init__ = refuse("FullyShardedDataParallel")
+    for modname in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp",
+                    "torch.distributed.fsdp._fully_shard"):
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        if hasattr(mod, "fully_shard"):
+            saved.append((mod, "fully_shard", mod.fully_shard))
+            mod.fully_shard = refuse("fully_shard")
+
+    def undo():
+        for obj, attr, value in reversed(saved):
+            setattr(obj, attr, value)
+    return undo
+
+
 @contextlib.contextmanager
 def emulated_rank(rec: Recorder, rank: int, world: int) -> Iterator[RankState]:
     """torch.distributed redirected to the in-process backend for rank ``rank`` of ``world``,
@@ -399,6 +463,7 @@ def emulated_rank(rec: Recorder, rank: int, world: int) -> Iterator[RankState]:
 
     _STATE.append(st)
     undo_devices = _rank_devices(rank, world)
+    undo_fsdp = _refuse_fsdp()
     dist.init_process_group = init_process_group
     torch.autograd.backward = backward
     dist.is_nccl_available = lambda: True
@@ -419,6 +484,7 @@ def emulated_rank(rec: Recorder, rank: int, world: int) -> Iterator[RankState]:
         yield st
     finally:
         undo_devices()
+        undo_fsdp()
         dist.Reducer._rebuild_buckets = original_rebuild
         dist.init_process_group = original_init
         torch.autograd.backward = original_backward
