@@ -169,6 +169,24 @@ def test_ddp_two_ranks_buckets_and_cross_check(ranks, tmp_path):
     assert replay_by_step[0] == [L3 + L2, L1] != by_step[0]
 
 
+def test_ddp_steps_selected_per_rank(monkeypatch, tmp_path):
+    """--skip-steps/--steps apply to every rank; the kept collectives still pair up."""
+    script = _script(tmp_path, DDP_SCRIPT)
+    tables = []
+    for r in (0, 1):
+        for k, v in rank_env(r, 2).items():
+            monkeypatch.setenv(k, v)
+        tables.append(capture_rank(script, [], r, 2, skip_steps=1, steps=1))
+    df = merge_ranks(tables, 2).to_pandas()
+    _check_collective_structure(df, 2)
+    for r in (0, 1):
+        c = _collectives(df, r)
+        # step 1 opens with the two broadcasts of DDP's rebuilt bucket indices (int32 lists)
+        assert list(c.coll_type) == ["broadcast", "broadcast", "all_reduce", "all_reduce"]
+        assert list(c.coll_bytes)[2:] == [L3 + L2, L1] and list(c.coll_seq) == [2, 3, 4, 5]
+        assert set(df[df["rank"] == r].step) == {1}
+
+
 # ----------------------------------------------------------------------------- plain collectives
 
 
