@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -73,7 +74,7 @@ def collective_ns(ctype: str, nbytes: int, world: int) -> int:
     sends = {"all_reduce": 2 * (n - 1) / n * nbytes, "all_gather": (n - 1) * nbytes,
              "reduce_scatter": (n - 1) / n * nbytes, "all_to_all": (n - 1) / n * nbytes}.get(ctype, nbytes)
     steps = {"all_reduce": 2 * (n - 1), "send_recv": 1, "all_to_all": 1}.get(ctype, n - 1)
-    return int(round(sends / NVLINK_GB_S)) + steps * NCCL_STEP_LATENCY_NS  # bytes / (GB/s) = ns
+    return math.ceil(sends / NVLINK_GB_S) + steps * NCCL_STEP_LATENCY_NS  # bytes / (GB/s) = ns
 
 
 @dataclass
