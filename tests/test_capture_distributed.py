@@ -379,3 +379,61 @@ def test_cli_script_without_gpu_work(tmp_path):
                                                           "dist.init_process_group('nccl')\n"))
     assert res.exit_code == 2 and "launched no GPU work" in res.output.strip().splitlines()[-1]
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_children_die_with_the_parent(tmp_path):
+    """SIGKILL the capture while its ranks run: the ranks go too (PR_SET_PDEATHSIG)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = _script(tmp_path, f"""
+    import os, time, torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    torch.ones(2, device="cuda")
+    open(os.path.join({str(tmp_path)!r}, "pid%d" % dist.get_rank()), "w").write(str(os.getpid()))
+    time.sleep(600)
+    """)
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / ".shim"), os.environ.get("PYTHONPATH", "")]))
+    parent = subprocess.Popen([sys.executable, "-m", "tracegen.cli", "capture", "--nproc", "2", "-o",
+                               str(tmp_path / "t.parquet"), str(script)], env=env, cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pidfiles = [tmp_path / "pid0", tmp_path / "pid1"]
+    for _ in range(2400):  # both ranks asleep (at most 2 min)
+        if all(p.exists() and p.read_text() for p in pidfiles) or parent.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert parent.poll() is None and all(p.exists() for p in pidfiles)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    pids = [int(p.read_text()) for p in pidfiles]
+    for _ in range(600):
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                with open(f"/proc/{pid}/stat") as f:  # a zombie is dead too
+                    if f.read().split()[2] != "Z":
+                        alive.append(pid)
+            except (ProcessLookupError, FileNotFoundError):
+                pass
+        if not alive:
+            break
+        time.sleep(0.05)
+    assert alive == []
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_collective_duration_is_the_named_ring_model(ranks, tmp_path):
+    from tracegen.emulation.distributed import NCCL_STEP_LATENCY_NS, NVLINK_GB_S, collective_ns
+
+    # all-reduce of 380 000 B on 2 GPUs: each sends 2(N-1)/N S = 380 000 B at 380 GB/s = 1000 ns, 2 steps
+    assert NVLINK_GB_S == 380.0 and collective_ns("all_reduce", 380_000, 2) == 1000 + 2 * NCCL_STEP_LATENCY_NS
+    # all-gather of 1000 B per rank on 4 GPUs: (N-1) S = 3000 B -> ceil(7.9) = 8 ns, 3 steps
+    assert collective_ns("all_gather", 1000, 4) == 8 + 3 * NCCL_STEP_LATENCY_NS
+    df = ranks(_script(tmp_path, PLAIN_SCRIPT))
+    c = _collectives(df)
+    assert all(d == collective_ns(t, b, 2) for d, t, b in zip(c.dur_ns, c.coll_type, c.coll_bytes))

@@ -12,8 +12,9 @@ temporary folder; the parent merges them (:func:`merge_ranks`) and writes one tr
   memory is that many emulations plus the merged trace.
 * **All or nothing**: the first rank that fails stops the others; its traceback (if the script
   raised) is printed, then one line ``rank R of N: ...``; nothing is written.
-* **No orphans**: children get ``SIGKILL`` when the parent dies (``PR_SET_PDEATHSIG`` on Linux)
-  and are killed in a ``finally`` on any error or interrupt.
+* **No orphans**: each child asks first thing to get ``SIGKILL`` when the parent dies
+  (``PR_SET_PDEATHSIG`` on Linux) and exits if the parent is already gone; the parent kills and
+  reaps them in a ``finally`` on any error or interrupt.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ MAX_NPROC = 64  # ranks of one capture (one node of emulated GPUs; each rank is 
 MASTER_PORT = 29500  # torchrun's default; nothing listens on it (the backend is in-process)
 _EXIT_BAD_INPUT = 2
 _POLL_S = 0.05
+_PARENT_ENV = "FASTRACK_CAPTURE_PARENT_PID"
 
 
 def max_parallel(nproc: int) -> int:
@@ -104,6 +106,7 @@ def _child_main(argv: Sequence[str]) -> int:
     """``python -m tracegen.ranks CONFIG.json RANK OUT.parquet``: one rank; exit 2 with one
     ``error:`` line on stderr on a capture error."""
     config_path, rank, out = argv[0], int(argv[1]), argv[2]
+    _die_with_parent()
     cfg = json.loads(Path(config_path).read_text())
     try:
         table = capture_rank(cfg["script"], cfg["script_args"], rank, cfg["world"], **cfg["options"])
@@ -140,16 +143,23 @@ def _child_env(rank: int, world: int) -> dict[str, str]:
     env.update(rank_env(rank, world))
     here = str(Path(__file__).resolve().parent.parent)  # the folder holding tracegen/ and fastrack/
     env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in sys.path if p and p != here])
+    env[_PARENT_ENV] = str(os.getpid())
     return env
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        import ctypes
+def _die_with_parent() -> None:
+    """In the child, first thing: be killed when the parent dies (Linux ``PR_SET_PDEATHSIG``), and
+    exit at once if it is already gone (it died before the request took effect)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    parent = os.environ.get(_PARENT_ENV)
+    if parent and os.getppid() != int(parent):
+        os._exit(1)
 
 
 def _run_children(cfg: Path, outs: list[Path], logs: list[tuple[Path, Path]], world: int) -> None:
@@ -163,7 +173,7 @@ def _run_children(cfg: Path, outs: list[Path], logs: list[tuple[Path, Path]], wo
                 out_f, err_f = open(logs[r][0], "wb"), open(logs[r][1], "wb")
                 proc = subprocess.Popen([sys.executable, "-m", "tracegen.ranks", str(cfg), str(r), str(outs[r])],
                                         env=_child_env(r, world), stdin=subprocess.DEVNULL, stdout=out_f,
-                                        stderr=err_f, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                        stderr=err_f)
                 running[r] = (proc, out_f, err_f)
             for r, (proc, out_f, err_f) in list(running.items()):
                 code = proc.poll()
