@@ -38,6 +38,7 @@ from fastrack.cli_support import reports_errors
 from fastrack.errors import CaptureError
 from fastrack.outputs import check_input_path, check_output_path
 from fastrack.traceio import write_trace
+from tracegen.ranks import MAX_NPROC
 
 DEVICES = ("h100-sxm", "h100-pcie")
 HOST_TIME_MODES = ("modelled", "measured")  # tracegen.emulation.hosttime.MODES
@@ -61,7 +62,7 @@ def run_script(script: str | os.PathLike, script_args: Sequence[str] = ()) -> No
         code = exc.code
         if code not in (None, 0):
             raise CaptureError(f"the script exited with status {code}; no trace written", path=str(path)) from None
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, CaptureError):  # CaptureError: the emulation refused a call (one line)
         raise
     except CaptureError as exc:  # the emulator refused a call (tracegen.emulation.unsupported): one line
         exc.path = exc.path or str(path)
@@ -133,6 +134,35 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
     meta["capture_tool"] = f"fastrack tracegen capture (emulated GPU, {host_time} host time{speed.describe()})"
     if rec.notes:
         meta["capture_notes"] = list(rec.notes)
+    return table, meta
+
+
+def capture_distributed(script, script_args=(), *, nproc: int, device: str = "h100-sxm", skip_steps: int = 0,
+                        steps: int | None = None, name: str | None = None, host_time: str = "modelled",
+                        gpu_speed: float = 1.0, copy_speed: float = 1.0,
+                        host_speed: float = 1.0) -> tuple[pa.Table, dict[str, Any]]:
+    """``--nproc N``: N emulated ranks of a torch.distributed script, one multi-rank trace
+    (:mod:`tracegen.ranks`, :mod:`tracegen.emulation.distributed`)."""
+    import torch
+
+    from tracegen.emulation.costmodel import get_spec
+    from tracegen.emulation.speed import speed_factors
+    from tracegen.ranks import capture_ranks
+
+    spec = get_spec(device)
+    path = Path(script)
+    if not path.is_file():
+        raise CaptureError("no such script", path=str(path))
+    if host_time not in HOST_TIME_MODES:
+        raise CaptureError(f"unknown host time mode '{host_time}'; expected one of {', '.join(HOST_TIME_MODES)}")
+    speed = speed_factors(gpu_speed, copy_speed, host_speed)
+    table = capture_ranks(path, list(script_args), nproc, device=device, host_time=host_time, gpu_speed=speed.gpu,
+                          copy_speed=speed.copy, host_speed=speed.host, skip_steps=skip_steps, steps=steps)
+    meta = _metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
+                     torch_version=torch.__version__)
+    meta.update(world_size=nproc, ranks=list(range(nproc)))
+    meta["capture_tool"] = (f"fastrack tracegen capture (emulated GPU, {nproc} ranks, in-process "
+                            f"torch.distributed backend, {host_time} host time{speed.describe()})")
     return table, meta
 
 
@@ -222,9 +252,10 @@ def _metadata(path: Path, name, *, emulated: bool, device_model, gpu_model, torc
 def capture(script, script_args=(), *, emulate: bool | None = None, device: str = "h100-sxm", skip_steps: int = 0,
             steps: int | None = None, name: str | None = None, host_time: str = "modelled",
             gpu_speed: float = 1.0, copy_speed: float = 1.0,
-            host_speed: float = 1.0) -> tuple[pa.Table, dict[str, Any]]:
+            host_speed: float = 1.0, nproc: int | None = None) -> tuple[pa.Table, dict[str, Any]]:
     """Capture ``script``: the profiler path on a real GPU, else (or with ``emulate=True``) emulation.
-    The speed factors apply to emulation only; a real GPU refuses any other than 1."""
+    The speed factors apply to emulation only; a real GPU refuses any other than 1. ``nproc``:
+    that many emulated ranks of a torch.distributed script (emulation only)."""
     import torch
 
     from tracegen.emulation.speed import speed_factors
@@ -232,6 +263,13 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
     speed = speed_factors(gpu_speed, copy_speed, host_speed)
     if emulate is None:
         emulate = not torch.cuda.is_available()
+    if nproc is not None:
+        if not emulate:
+            raise CaptureError("--nproc runs emulated ranks (--emulate); on real GPUs start the script with "
+                               "torchrun under the profiler and convert its per-rank traces (tracegen convert)")
+        return capture_distributed(script, script_args, nproc=nproc, device=device, skip_steps=skip_steps,
+                                   steps=steps, name=name, host_time=host_time, gpu_speed=speed.gpu,
+                                   copy_speed=speed.copy, host_speed=speed.host)
     if not emulate:
         if not torch.cuda.is_available():
             raise CaptureError("--no-emulate needs a CUDA GPU, and torch.cuda.is_available() is False here")
@@ -270,11 +308,14 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
               help="emulation what-if: divide every memcpy duration by F (0.01..100)")
 @click.option("--host-speed", default="1", show_default=True, metavar="F",
               help="emulation what-if: divide every modelled host duration by F (0.01..100)")
+@click.option("--nproc", type=click.IntRange(min=1, max=MAX_NPROC), default=None, metavar="N",
+              help="run N emulated ranks of a torch.distributed script (as torchrun --nproc-per-node N) "
+                   "and write one multi-rank trace")
 @click.option("--progress/--no-progress", default=None,
               help="stage progress bar on stderr (default: when stderr is a terminal; never with -q)")
 @reports_errors
 def command(script, script_args, output, overwrite, name, skip_steps, steps, device, emulate, host_time,
-            gpu_speed, copy_speed, host_speed, progress):
+            gpu_speed, copy_speed, host_speed, nproc, progress):
     """Run SCRIPT (as `python SCRIPT SCRIPT_ARGS` would) and write its GPU trace.
 
     Put `--` before SCRIPT_ARGS that look like options of this command. An existing output is
@@ -296,11 +337,14 @@ def command(script, script_args, output, overwrite, name, skip_steps, steps, dev
         stage("run and record")
         table, meta = capture(script, script_args, emulate=emulate, device=device, skip_steps=skip_steps,
                               steps=steps, name=name, host_time=host_time, gpu_speed=gpu_speed,
-                              copy_speed=copy_speed, host_speed=host_speed)
+                              copy_speed=copy_speed, host_speed=host_speed, nproc=nproc)
         stage("write")
         write_trace(out, table, meta)
     kinds = table.column("kind").to_pylist()
     gpu = sum(k in ("kernel", "memcpy", "memset", "collective") for k in kinds)
     busy = sum(d for d, k in zip(table.column("dur_ns").to_pylist(), kinds) if k in ("kernel", "memcpy", "memset"))
     how = f"emulated {meta['device_model']}" if meta["emulated"] else f"profiled on {meta['gpu_model']}"
+    if nproc is not None:
+        coll = sum(k == "collective" for k in kinds)
+        how += f", {nproc} ranks, {coll} collective ops"
     click.echo(f"wrote {out}: {table.num_rows} ops ({gpu} on the GPU, busy {busy / 1e6:.3f} ms), {how}")

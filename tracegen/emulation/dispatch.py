@@ -71,6 +71,8 @@ class DispatchMode(TorchDispatchMode):
         ns = func.namespace
         if ns == "profiler":
             return self._profiler_op(func, args, kwargs)
+        if ns == "c10d":  # collectives: the process group's backend records them (emulation/distributed.py)
+            return func(*args, **kwargs)
         flat, _ = tree_flatten((args, kwargs))
         emu = [a for a in flat if is_emulated(a)]
         dev = kwargs.get("device")
