@@ -62,7 +62,7 @@ def run_script(script: str | os.PathLike, script_args: Sequence[str] = ()) -> No
         code = exc.code
         if code not in (None, 0):
             raise CaptureError(f"the script exited with status {code}; no trace written", path=str(path)) from None
-    except (KeyboardInterrupt, CaptureError):  # CaptureError: the emulation refused a call (one line)
+    except KeyboardInterrupt:
         raise
     except CaptureError as exc:  # the emulator refused a call (tracegen.emulation.unsupported): one line
         exc.path = exc.path or str(path)
