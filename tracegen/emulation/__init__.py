@@ -15,7 +15,11 @@ concept:
   does not import torch);
 * :mod:`.dispatch` -- the ``TorchDispatchMode`` layer: ATen operators -> kernels priced by
   :mod:`.costmodel`, transfers, reads as D2H copies + syncs;
-* :mod:`.reads` -- the values reads of emulated GPU memory return;
+* :mod:`.shadows` -- real CPU values beside small emulated tensors, kept by running each operator
+  on them too;
+* :mod:`.reads` -- the stand-ins of values that depend on large (valueless) tensors;
+* :mod:`.indexing` -- list/range indices and ``t[i] = 3`` built on the host, as PyTorch does for CUDA;
+* :mod:`.storages` -- storages moved to the GPU (``torch.load(map_location="cuda")``);
 * :mod:`.tensors` -- emulated / pinned tensors, device mapping;
 * :mod:`.streams` -- ``torch.cuda.Stream`` / ``Event`` stand-ins;
 * :mod:`.gradmarks` -- gradient-ready markers (``AccumulateGrad`` cpu ops with the gradient's bytes);

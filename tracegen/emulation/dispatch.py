@@ -1,7 +1,10 @@
 """The ``TorchDispatchMode`` layer (below autograd, so it sees the backward pass too): every ATen
 operator on an emulated tensor becomes GPU work on the recorder's timeline: kernels priced by
 :mod:`tracegen.emulation.costmodel`, host<->device copies, and reads of GPU values (``.item()``, ``.cpu()``)
-as D2H copies plus host synchronisations (values from :mod:`tracegen.emulation.reads`)."""
+as D2H copies plus host synchronisations. Small tensors carry real values beside the emulation
+(:mod:`tracegen.emulation.shadows`; stand-ins from :mod:`tracegen.emulation.reads`); copies of zero
+bytes are not made (PyTorch returns before the copy). While the mode is active, storages moved to
+the GPU (``torch.load(map_location="cuda")``) land on it too (:mod:`tracegen.emulation.storages`)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from fastrack.schema import CopyDir
 from tracegen.emulation import costmodel
 from tracegen.emulation.annotations import record_annotation
 from tracegen.emulation.costmodel import TensorInfo
-from tracegen.emulation.reads import default_read
+from tracegen.emulation.shadows import Shadows
+from tracegen.emulation.storages import storages_to_emulated_gpu
 from tracegen.emulation.tensors import (
     META,
     is_emulated,
@@ -45,6 +49,9 @@ _DATA_DEPENDENT = {aten.nonzero.default, aten.masked_select.default}
 # views whose schema carries no alias annotation (autograd does not track them as views); free on CUDA
 _UNSAFE_VIEWS = {aten._unsafe_view.default, aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default,
                  aten.unsafe_chunk.default}
+_ALLOC = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default, aten.new_empty.default,
+          aten.new_empty_strided.default}
+_INDEX_PUT = {aten.index_put_.default, aten.index_put.default, aten._index_put_impl_.default}
 
 
 class DispatchMode(TorchDispatchMode):
@@ -54,6 +61,20 @@ class DispatchMode(TorchDispatchMode):
         self.all_results: dict[int, weakref.ref] = {}
         self._views: dict[Any, bool] = {}
         self._argnames: dict[Any, list[str]] = {}
+        self.shadows = Shadows()
+        self._patches: list = []
+
+    def __enter__(self):
+        patch = storages_to_emulated_gpu()
+        patch.__enter__()
+        self._patches.append(patch)
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        try:
+            return super().__exit__(exc_type, exc_val, exc_tb)
+        finally:
+            self._patches.pop().__exit__(None, None, None)
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -80,6 +101,8 @@ class DispatchMode(TorchDispatchMode):
         if not on_gpu:  # the script's own CPU tensor work
             return rec.clock.cpu_op(func, *args, **kwargs)
         if func is aten._local_scalar_dense.default or func is aten.item.default:
+            if args[0].numel() != 1:
+                raise RuntimeError(f"a Tensor with {args[0].numel()} elements cannot be converted to Scalar")
             return self._read_scalar(args[0])
         if func is aten.is_nonzero.default:
             return bool(self._read_scalar(args[0]))
@@ -98,11 +121,16 @@ class DispatchMode(TorchDispatchMode):
                       "non_blocking": bool(named.get("non_blocking", False)),
                       "pin_memory": bool(named.get("pin_memory") or False)}
                 return self._to_copy(aten._to_copy.default, (args[0],), kw)
+        if func in _INDEX_PUT:
+            args, kwargs = self._index_put_value(func, args, kwargs)
         # CPU tensors used by a GPU op: 0-d ones are scalars; others are copied to the device first
         if any(isinstance(a, torch.Tensor) and not a.is_meta and a.dim() > 0 for a in flat):
             args, kwargs = self._upload_cpu_tensors(args, kwargs, func)
         if func in _NO_KERNEL:
-            return rec.modeled(rec.spec.aten_view_host_ns, func, *args, **kwargs)
+            out = rec.modeled(rec.spec.aten_view_host_ns, func, *args, **kwargs)
+            if func in _ALLOC:
+                self.shadows.storage(out, create=True)  # zero-filled: captures stay deterministic
+            return out
         if self._is_view(func):
             # 'may alias' ops (view, reshape, contiguous, to): a kernel only when they copied
             out = func(*args, **kwargs)
@@ -111,16 +139,18 @@ class DispatchMode(TorchDispatchMode):
             else:
                 rec.now += rec.spec.aten_op_host_ns
                 self._price(func, args, kwargs, out)
+                self.shadows.mirror(func, args, kwargs, out)
             return out
         if func in _DATA_DEPENDENT:
             return self._data_dependent(func, args, kwargs)
         try:
             out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
         except (RuntimeError, NotImplementedError) as exc:
-            out = self._fallback(func, args, kwargs, exc)
+            return self._fallback(func, args, kwargs, exc)
         self._price(func, args, kwargs, out)
         if func.overloadpacket in (aten.all,) and isinstance(out, torch.Tensor):
             self.all_results[id(out)] = weakref.ref(out)
+        self.shadows.mirror(func, args, kwargs, out)
         return out
 
     def _is_view(self, func) -> bool:
@@ -147,6 +177,8 @@ class DispatchMode(TorchDispatchMode):
         flat_in, _ = tree_flatten((args, kwargs))
         ins = [tensor_info(a) for a in flat_in if isinstance(a, torch.Tensor)]
         flat_out, _ = tree_flatten(out)
+        if flat_out and all(isinstance(o, torch.Tensor) and o.numel() == 0 for o in flat_out):
+            return  # an empty result: CUDA kernels return before launching (numel 0)
         outs = [tensor_info(o) for o in flat_out if isinstance(o, torch.Tensor)]
         named = self._named_args(func, args, kwargs)
         extra = {k: named[k] for k in ("is_causal", "groups", "output_mask", "mode", "hidden_size", "proj_size",
@@ -171,65 +203,101 @@ class DispatchMode(TorchDispatchMode):
         if not src.is_meta and dst_meta:  # H2D
             out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
             nb = bool(kwargs.get("non_blocking", False))
-            rec.memcpy(CopyDir.H2D, src.numel() * src.element_size(), is_pinned_memory(src), nb, "aten::_to_copy")
+            self._memcpy(CopyDir.H2D, src.numel() * src.element_size(), is_pinned_memory(src), nb, "aten::_to_copy")
+            self.shadows.write(out, src)
             return out
         if src.is_meta and dev is not None and torch.device(dev).type == "cpu":  # D2H
             dtype = kwargs.get("dtype") or src.dtype
             nb = bool(kwargs.get("non_blocking", False))
             pinned = bool(kwargs.get("pin_memory", False))
-            rec.memcpy(CopyDir.D2H, src.numel() * src.element_size(), pinned, nb, "aten::_to_copy")
-            out = torch.full(tuple(src.shape), self._read_value(src, dtype), dtype=dtype)
+            self._memcpy(CopyDir.D2H, src.numel() * src.element_size(), pinned, nb, "aten::_to_copy")
+            out = self.shadows.read(src, dtype, self._by_all(src))
             return mark_pinned(out) if pinned else out
         out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
         if src.is_meta and isinstance(out, torch.Tensor) and out.is_meta and out.dtype != src.dtype:
-            self._price(func, args, kwargs, out)
+            if src.numel():
+                self._price(func, args, kwargs, out)
         elif src.is_meta and isinstance(out, torch.Tensor) and out is not src:
-            rec.memcpy(CopyDir.D2D, src.numel() * src.element_size(), False, True, "aten::_to_copy")
+            self._memcpy(CopyDir.D2D, src.numel() * src.element_size(), False, True, "aten::_to_copy")
+        self.shadows.mirror(func, args, kwargs, out)
         return out
 
     def _copy_(self, func, args, kwargs):
         rec = self.rec
         dst, src = args[0], args[1]
         nb = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
-        if dst.is_meta and not src.is_meta:
-            rec.memcpy(CopyDir.H2D, src.numel() * src.element_size(), is_pinned_memory(src), nb, "aten::copy_")
+        if dst.is_meta and not src.is_meta:  # H2D: the copy has the source's bytes (broadcast on the GPU)
+            self._memcpy(CopyDir.H2D, src.numel() * src.element_size(), is_pinned_memory(src), nb, "aten::copy_")
+            self.shadows.write(dst, src)
             return dst
         if not dst.is_meta and src.is_meta:
-            rec.memcpy(CopyDir.D2H, src.numel() * src.element_size(), is_pinned_memory(dst), nb, "aten::copy_")
-            dst.fill_(self._read_value(src, dst.dtype))
+            self._memcpy(CopyDir.D2H, src.numel() * src.element_size(), is_pinned_memory(dst), nb, "aten::copy_")
+            dst.copy_(self.shadows.read(src, dst.dtype, self._by_all(src)))
             return dst
         out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
         if (dst.dtype == src.dtype and dst.is_contiguous() and src.is_contiguous()
                 and tuple(dst.shape) == tuple(src.shape)):
-            rec.memcpy(CopyDir.D2D, src.numel() * src.element_size(), False, True, "aten::copy_")
-        else:
+            self._memcpy(CopyDir.D2D, src.numel() * src.element_size(), False, True, "aten::copy_")
+        elif dst.numel():
             self._price(func, args, kwargs, out)
+        self.shadows.mirror(func, args, kwargs, out)
         return out
 
-    def _read_value(self, t: torch.Tensor, dtype: torch.dtype):
+    def _memcpy(self, direction: CopyDir, nbytes: int, pinned: bool, non_blocking: bool, op_name: str):
+        """A copy (+ its synchronisation), unless it has no bytes: PyTorch's copy_ returns before
+        calling the runtime for an empty tensor, so a GPU sees neither a copy nor a sync."""
+        if nbytes <= 0:
+            return None
+        return self.rec.memcpy(direction, nbytes, pinned, non_blocking, op_name)
+
+    def _by_all(self, t: torch.Tensor) -> bool:
         ref = self.all_results.get(id(t))
-        return default_read(dtype, produced_by_all=ref is not None and ref() is t)
+        return ref is not None and ref() is t
 
     def _read_scalar(self, t: torch.Tensor):
         # PyTorch copies a scalar read into a pinned staging buffer, then synchronises the stream
-        self.rec.memcpy(CopyDir.D2H, t.element_size(), True, False, "aten::_local_scalar_dense")
-        v = self._read_value(t, t.dtype)
-        if t.dtype == torch.bool:
-            return bool(v)
-        if t.dtype.is_floating_point:
-            return float(v)
-        return int(v)
+        self._memcpy(CopyDir.D2H, t.element_size(), True, False, "aten::_local_scalar_dense")
+        return self.shadows.read(t, t.dtype, self._by_all(t)).item()
 
     def _upload_cpu_tensors(self, args, kwargs, func):
+        """Non-scalar CPU tensors given to a GPU op (index tensors of ``index``/``index_put_``,
+        including the ones PyTorch builds from a Python list or range index): PyTorch moves them
+        with ``.to(device)``: a blocking H2D copy from (here) pageable or pinned memory."""
         rec = self.rec
 
         def up(a):
             if isinstance(a, torch.Tensor) and not a.is_meta and a.dim() > 0:
-                rec.memcpy(CopyDir.H2D, a.numel() * a.element_size(), is_pinned_memory(a), True, func._schema.name)
-                return a.to(META)
+                self._memcpy(CopyDir.H2D, a.numel() * a.element_size(), is_pinned_memory(a), False,
+                             func._schema.name)
+                m = rec.counted(a.to, META)
+                self.shadows.write(m, a)
+                return m
             return a
 
         return tree_map(up, args), tree_map(up, kwargs)
+
+    def _index_put_value(self, func, args, kwargs):
+        """``t[idx] = 3`` on a CUDA tensor: the value is a 0-d CPU tensor. PyTorch's index_put_
+        runs ``masked_fill_`` with the value read on the host when the only index is a boolean mask
+        on the device (no copy), else moves the value with ``.to(device)``: a blocking H2D copy."""
+        named = self._named_args(func, args, kwargs)
+        value, indices = named.get("values"), named.get("indices") or []
+        if not (isinstance(value, torch.Tensor) and not value.is_meta and value.numel() == 1):
+            return args, kwargs
+        given = [i for i in indices if i is not None]
+        masked = (not named.get("accumulate", False) and len(given) == 1 and given[0].is_meta
+                  and given[0].dtype in (torch.bool, torch.uint8))
+        if not masked and value.dim() > 0:
+            return args, kwargs  # uploaded as any other CPU tensor
+        if not masked:
+            self._memcpy(CopyDir.H2D, value.element_size(), is_pinned_memory(value), False, func._schema.name)
+        m = self.rec.counted(value.to, META)
+        self.shadows.write(m, value)
+        names = [a.name for a in func._schema.arguments]
+        pos = names.index("values")
+        if pos < len(args):
+            return args[:pos] + (m,) + args[pos + 1:], kwargs
+        return args, dict(kwargs, values=m)
 
     # -- special operators ----------------------------------------------------------------
     def _profiler_op(self, func, args, kwargs):
@@ -254,27 +322,50 @@ class DispatchMode(TorchDispatchMode):
         """Data-dependent output sizes: assume every element is selected (see docs/capture.md)."""
         rec = self.rec
         x = args[0]
-        if func is aten.nonzero.default:
+        sh = self.shadows
+        views = [sh.view(a) if isinstance(a, torch.Tensor) else a for a in args]
+        real = None
+        if all(v is not None for v in views):  # small inputs: the real result (its real size)
+            real = func(*views, **kwargs)
+            out = torch.empty(tuple(real.shape), dtype=real.dtype, device=META)
+        elif func is aten.nonzero.default:
             out = torch.empty((x.numel(), x.dim()), dtype=torch.long, device=META)
         else:  # masked_select
             shape = torch.broadcast_shapes(tuple(x.shape), tuple(args[1].shape))
             out = torch.empty((math.prod(shape),), dtype=x.dtype, device=META)
         self._price(func, args, kwargs, out)
         rec.memcpy(CopyDir.D2H, 8, False, False, func._schema.name)  # the size read back
+        if real is not None:
+            sh.assign(out, real, any(sh.is_standin(a) for a in args if isinstance(a, torch.Tensor)))
+        else:
+            sh.mirror(func, args, kwargs, out)  # stand-ins for a small result of a large input
         return out
 
     def _fallback(self, func, args, kwargs, exc):
-        """Boolean-mask indexing on meta tensors: treat every mask element as selected."""
+        """Boolean-mask indexing on meta tensors: the mask's real ``nonzero`` when it is small
+        (shadowed), else every mask element selected; plus the D2H read of the count CUDA does."""
         if func is aten.index.Tensor:
+            sh = self.shadows
             idx = []
             for i in args[1]:
                 if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
-                    n = i.numel()
-                    idx.extend(torch.empty((n,), dtype=torch.long, device=META) for _ in range(i.dim()))
+                    v = sh.view(i)
+                    if v is None:
+                        n = i.numel()
+                        idx.extend(torch.empty((n,), dtype=torch.long, device=META) for _ in range(i.dim()))
+                        continue
+                    nz = torch.nonzero(v)
+                    for d in range(i.dim()):
+                        m = torch.empty((nz.shape[0],), dtype=torch.long, device=META)
+                        sh.assign(m, nz[:, d], sh.is_standin(i))
+                        idx.append(m)
                 else:
                     idx.append(i)
             self.rec.memcpy(CopyDir.D2H, 8, False, False, "aten::nonzero")
-            return func(args[0], idx)
+            out = func(args[0], idx)
+            self._price(func, args, kwargs, out)
+            sh.mirror(func, (args[0], idx), {}, out)
+            return out
         raise exc
 
 

@@ -16,6 +16,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 from tracegen.emulation import cudnn_rnn
+from tracegen.emulation.indexing import host_side_index
 from tracegen.emulation.tensors import META, is_cuda_device, map_device, mark_pinned
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class FunctionMode(TorchFunctionMode):
         rec = self.rec
         if func is torch.Tensor.record_stream:
             return None
+        args = host_side_index(func, args)  # list/range indices, `t[i] = 3`: host data as on CUDA
         if func is torch.Tensor.cuda:
             nb = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
             return rec.counted(args[0].to, META, non_blocking=nb)
