@@ -53,7 +53,7 @@ import numpy as np
 
 from fastrack.errors import GraphError
 from fastrack.schema import DepKind
-from replay.graph import NO_LANE, OpGraph
+from replay.graph import NO_LANE, OpGraph, stable_argsort
 
 from fastrack.jit import njit
 
@@ -502,7 +502,7 @@ def _groups(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     counts = np.bincount(rep, minlength=n)
     mem_ptr = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=mem_ptr[1:])
-    mem_idx = np.argsort(rep, kind="stable").astype(np.int64)
+    mem_idx = stable_argsort(rep).astype(np.int64)
     return rep, mem_ptr, mem_idx
 
 
@@ -519,7 +519,7 @@ def _topology(graph: OpGraph):
             f"cycle: {graph.node_label(int(src[e]))} and {graph.node_label(int(dst[e]))} "
             "are in the same collective group but one depends on the other"
         )
-    by_src = np.argsort(src, kind="stable")
+    by_src = stable_argsort(src)
     out_dst = dst[by_src]
     out_ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=out_ptr[1:])

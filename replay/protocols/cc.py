@@ -48,7 +48,7 @@ import numpy as np
 from fastrack.errors import GraphError
 from fastrack.schema import CopyDir, DepKind, HostMem
 from replay.engine import topological_order
-from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent
+from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent, stable_argsort
 
 from .base import Protocol
 from .bounce import add_pool_holds
@@ -92,7 +92,7 @@ def check_host_sync(ed: GraphEditor, cp: Copies) -> None:
     if not (prog.size and has_l.any()):
         return
     p_src = g.dep_src[prog]
-    o = np.argsort(p_src, kind="stable")
+    o = stable_argsort(p_src)
     p_src, p_dst = p_src[o], dst[prog][o]
     L, M = cp.launcher[has_l], cp.node[has_l]
     lo = np.searchsorted(p_src, L, "left")
