@@ -228,6 +228,18 @@ def write_trace(path: str | os.PathLike, table: pa.Table, metadata: Mapping[str,
     return path
 
 
+def trace_in_memory(table: pa.Table, metadata: Mapping[str, Any], path: str | None = None) -> Trace:
+    """The :class:`Trace` that :func:`write_trace` then :func:`read_trace` would give, without the
+    file: the same validation, and the metadata through the same encoding and cleaning."""
+    validate_table(table, path)
+    meta = dict(metadata)
+    meta.setdefault("created_by", f"fastrack {__version__}")
+    if "ranks" not in meta:
+        meta["ranks"] = sorted(int(r) for r in pc_unique(table.column("rank")))
+    schema = table.replace_schema_metadata(encode_metadata(meta)).schema
+    return Trace(table=table.replace_schema_metadata(None), metadata=_decode_metadata(schema, path), path=path)
+
+
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """Only the file-level metadata of a trace (cheap: reads the footer)."""
     path = str(path)
