@@ -73,6 +73,28 @@ class Trace:
         return col.to_numpy(zero_copy_only=False)
 
 
+def as_numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A fixed-width numeric Arrow column as numpy, without pyarrow's pandas-backed converter
+    (``to_numpy`` imports pandas, ~0.5 s of a replay's start-up). Zero-copy (read-only) for one
+    chunk without nulls; anything else (nulls, non-numeric types) falls back to ``to_numpy``."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    dtype = _NUMPY_OF.get(col.type)
+    if dtype is None or any(c.null_count for c in chunks):
+        return col.to_numpy(zero_copy_only=False) if isinstance(col, pa.ChunkedArray) else col.to_numpy(
+            zero_copy_only=False)
+    parts = [np.frombuffer(c.buffers()[1], dtype, count=len(c), offset=c.offset * dtype.itemsize)
+             for c in chunks if len(c)]
+    if not parts:
+        return np.zeros(0, dtype)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+_NUMPY_OF = {pa.int8(): np.dtype(np.int8), pa.int16(): np.dtype(np.int16), pa.int32(): np.dtype(np.int32),
+             pa.int64(): np.dtype(np.int64), pa.uint8(): np.dtype(np.uint8), pa.uint16(): np.dtype(np.uint16),
+             pa.uint32(): np.dtype(np.uint32), pa.uint64(): np.dtype(np.uint64),
+             pa.float32(): np.dtype(np.float32), pa.float64(): np.dtype(np.float64)}
+
+
 def make_table(columns: Mapping[str, Any]) -> pa.Table:
     """Build a schema-v1 table from column arrays (lists or numpy), filling defaults.
 
@@ -130,7 +152,7 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
         raise SchemaError("empty trace: no operations", path=path)
     _check_ranges(table, path)
     if "op_id" in names:
-        ids = table.column("op_id").to_numpy()
+        ids = as_numpy(table.column("op_id"))
         if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != ids.size:
             u, c = np.unique(ids, return_counts=True)
             raise SchemaError(f"field 'op_id' is not unique: op {int(u[c > 1][0])} appears {int(c[c > 1][0])} times",
@@ -143,11 +165,11 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
     if "deps" not in names or "dep_kinds" not in names:
         return
     dk = table.column("dep_kinds").combine_chunks()
-    dk_values = dk.values.to_numpy() if len(dk) else np.zeros(0, np.uint8)
+    dk_values = as_numpy(dk.values) if len(dk) else np.zeros(0, np.uint8)
     if dk_values.size and int(dk_values.max()) > max(DepKind):
         raise SchemaError(f"field 'dep_kinds' has unknown code {int(dk_values.max())}", path=path)
     d = table.column("deps").combine_chunks()
-    if len(d) and not np.array_equal(d.offsets.to_numpy(), dk.offsets.to_numpy()):
+    if len(d) and not np.array_equal(as_numpy(d.offsets), as_numpy(dk.offsets)):
         raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
 
 
@@ -207,6 +229,18 @@ def write_trace(path: str | os.PathLike, table: pa.Table, metadata: Mapping[str,
     return path
 
 
+def trace_in_memory(table: pa.Table, metadata: Mapping[str, Any], path: str | None = None) -> Trace:
+    """The :class:`Trace` that :func:`write_trace` then :func:`read_trace` would give, without the
+    file: the same validation, and the metadata through the same encoding and cleaning."""
+    validate_table(table, path)
+    meta = dict(metadata)
+    meta.setdefault("created_by", f"fastrack {__version__}")
+    if "ranks" not in meta:
+        meta["ranks"] = sorted(int(r) for r in pc_unique(table.column("rank")))
+    schema = table.replace_schema_metadata(encode_metadata(meta)).schema
+    return Trace(table=table.replace_schema_metadata(None), metadata=_decode_metadata(schema, path), path=path)
+
+
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """Only the file-level metadata of a trace (cheap: reads the footer)."""
     path = str(path)
@@ -256,7 +290,10 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> Tra
     schema = _read_schema(path)
     meta = _decode_metadata(schema, path)
     try:
-        table = pq.read_table(path, columns=columns)
+        # ParquetFile.read, not pq.read_table: read_table goes through pyarrow.dataset, which
+        # imports pandas (~0.5 s of a replay's start-up); the table read is the same
+        with pq.ParquetFile(path) as pf:
+            table = pf.read(columns=columns)
     except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as exc:
         raise TraceFormatError(f"unreadable Parquet data ({str(exc).splitlines()[0]})", path=path) from None
     validate_table(table, path, partial=columns is not None)

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from fastrack.errors import GraphError
 from fastrack.schema import COPY_DIR_BY_LABEL, HOST_MEM_BY_LABEL, DepKind, OpKind
-from fastrack.traceio import Trace
+from fastrack.traceio import Trace, as_numpy
 from replay import causal
 from replay.graph import KIND_CATEGORY, Lanes, LaneType, OpGraph, edges_by_dependent
 
@@ -51,12 +51,17 @@ def _dict_codes(table: pa.Table, name: str, mapping: dict, default: int) -> np.n
         col = col.dictionary_encode()
     labels = col.dictionary.to_pylist()
     lut = np.array([mapping.get(v, default) if v is not None else default for v in labels] or [default], np.int64)
-    idx = col.indices.to_numpy(zero_copy_only=False)
     if col.null_count:
-        idx = np.where(col.is_valid().to_numpy(zero_copy_only=False), idx, 0)
-        out = lut[idx.astype(np.int64)]
-        out[~col.is_valid().to_numpy(zero_copy_only=False)] = default
+        # (from the buffers: pyarrow's own converters would import pandas)
+        n, off = len(col), col.offset
+        bits = np.frombuffer(col.buffers()[0], np.uint8)
+        valid = np.unpackbits(bits, bitorder="little")[off: off + n].astype(bool)
+        itype = np.dtype(col.type.index_type.to_pandas_dtype())
+        idx = np.frombuffer(col.buffers()[1], itype, count=n, offset=off * itype.itemsize).astype(np.int64)
+        out = lut[np.where(valid, np.clip(idx, 0, lut.size - 1), 0)]
+        out[~valid] = default
         return out
+    idx = as_numpy(col.indices)
     return lut[idx.astype(np.int64)]
 
 
@@ -65,7 +70,7 @@ def _names(table: pa.Table) -> tuple[np.ndarray, tuple[str, ...]]:
     if not pa.types.is_dictionary(col.type):
         col = col.dictionary_encode()
     col = col.unify_dictionaries() if hasattr(col, "unify_dictionaries") else col
-    return col.indices.to_numpy(zero_copy_only=False).astype(np.int32), tuple(col.dictionary.to_pylist())
+    return as_numpy(col.indices).astype(np.int32), tuple(col.dictionary.to_pylist())
 
 
 def _segment_max(values: np.ndarray, ptr: np.ndarray, empty: int) -> np.ndarray:
@@ -83,13 +88,13 @@ def build_graph(trace: Trace) -> OpGraph:
     t = trace.table
     path = trace.path
     n = t.num_rows
-    op_id = t.column("op_id").to_numpy().astype(np.int64)
-    rank = t.column("rank").to_numpy().astype(np.int32)
-    device = t.column("device").to_numpy().astype(np.int64)
-    thread = t.column("thread").to_numpy().astype(np.int64)
-    stream = t.column("stream").to_numpy().astype(np.int64)
-    start = t.column("start_ns").to_numpy().astype(np.int64)
-    dur = t.column("dur_ns").to_numpy().astype(np.int64)
+    op_id = as_numpy(t.column("op_id")).astype(np.int64)
+    rank = as_numpy(t.column("rank")).astype(np.int32)
+    device = as_numpy(t.column("device")).astype(np.int64)
+    thread = as_numpy(t.column("thread")).astype(np.int64)
+    stream = as_numpy(t.column("stream")).astype(np.int64)
+    start = as_numpy(t.column("start_ns")).astype(np.int64)
+    dur = as_numpy(t.column("dur_ns")).astype(np.int64)
     kind = _dict_codes(t, "kind", {k.label: int(k) for k in OpKind}, -1).astype(np.int8)
     if np.any(kind < 0):
         raise GraphError("trace has an op of unknown kind", path=path)
@@ -106,9 +111,9 @@ def build_graph(trace: Trace) -> OpGraph:
 
     deps = t.column("deps").combine_chunks()
     dep_kinds = t.column("dep_kinds").combine_chunks()
-    ptr_in = deps.offsets.to_numpy().astype(np.int64) - int(deps.offsets[0].as_py())
-    dep_ids = deps.values.to_numpy().astype(np.int64)[int(deps.offsets[0].as_py()):][: ptr_in[-1]]
-    kinds_e = dep_kinds.values.to_numpy().astype(np.uint8)[int(dep_kinds.offsets[0].as_py()):][: ptr_in[-1]]
+    ptr_in = as_numpy(deps.offsets).astype(np.int64) - int(deps.offsets[0].as_py())
+    dep_ids = as_numpy(deps.values).astype(np.int64)[int(deps.offsets[0].as_py()):][: ptr_in[-1]]
+    kinds_e = as_numpy(dep_kinds.values).astype(np.uint8)[int(dep_kinds.offsets[0].as_py()):][: ptr_in[-1]]
     dst_e = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr_in))
     pos = np.searchsorted(sorted_ids, dep_ids)
     pos_c = np.minimum(pos, n - 1)
@@ -157,7 +162,7 @@ def build_graph(trace: Trace) -> OpGraph:
         category=category,
         lane=lane,
         dur=dur,
-        bytes=t.column("bytes").to_numpy().astype(np.int64),
+        bytes=as_numpy(t.column("bytes")).astype(np.int64),
         copy_dir=copy_dir,
         host_mem=host_mem,
         name=name,
@@ -171,8 +176,8 @@ def build_graph(trace: Trace) -> OpGraph:
         lanes=lanes,
         names=names,
         captured_start=start,
-        captured_dur=t.column("dur_ns").to_numpy().astype(np.int64),
-        step=t.column("step").to_numpy().astype(np.int32),
+        captured_dur=as_numpy(t.column("dur_ns")).astype(np.int64),
+        step=as_numpy(t.column("step")).astype(np.int32),
         rank_shift=shift,
         calibration=calib,
     )

@@ -24,9 +24,12 @@ state only what differs from its base.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import math
 import difflib
+import functools
+import math
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,8 @@ from fastrack.errors import ConfigError, shown
 
 SOURCE_SUFFIX = "_source"
 PRESET_TABLE = "preset"
+_TOML_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}  # see _read_toml
+_TOML_CACHE_MAX = 64
 _PRESET_KEYS = {"name": str, "description": str, "extends": str, "model": str}
 
 # Unit suffixes a numeric key may end with (optionally followed by ``_per_<thing>``, e.g.
@@ -98,11 +103,17 @@ def field_type(section_cls: type, f: dataclasses.Field) -> type:
 def _resolve(owner: type, f: dataclasses.Field) -> type:
     typ = f.type
     if isinstance(typ, str):  # from __future__ import annotations
-        import typing
-
-        hints = typing.get_type_hints(owner)
-        typ = hints[f.name]
+        typ = _type_hints(owner)[f.name]
     return typ
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(owner: type) -> dict[str, Any]:
+    """``typing.get_type_hints`` of a parameter dataclass, evaluated once per class (a sweep
+    loads a preset per point; evaluating the annotations again each time was a third of it)."""
+    import typing
+
+    return typing.get_type_hints(owner)
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,9 +142,19 @@ def available_presets(presets_dir: Path) -> list[str]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    """The parsed file (a fresh copy: callers edit it). Parsed once per file version (path, size,
+    modification time), since a sweep loads the same preset for every point."""
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        st = os.stat(path)
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        parsed = _TOML_CACHE.get(key)
+        if parsed is None:
+            with open(path, "rb") as fh:
+                parsed = tomllib.load(fh)
+            if len(_TOML_CACHE) >= _TOML_CACHE_MAX:
+                _TOML_CACHE.clear()
+            _TOML_CACHE[key] = parsed
+        return copy.deepcopy(parsed)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=path) from None
     except UnicodeDecodeError as exc:

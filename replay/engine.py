@@ -53,7 +53,7 @@ import numpy as np
 
 from fastrack.errors import GraphError
 from fastrack.schema import DepKind
-from replay.graph import NO_LANE, OpGraph
+from replay.graph import NO_LANE, OpGraph, stable_argsort
 
 from fastrack.jit import njit
 
@@ -502,7 +502,7 @@ def _groups(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     counts = np.bincount(rep, minlength=n)
     mem_ptr = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=mem_ptr[1:])
-    mem_idx = np.argsort(rep, kind="stable").astype(np.int64)
+    mem_idx = stable_argsort(rep).astype(np.int64)
     return rep, mem_ptr, mem_idx
 
 
@@ -519,7 +519,7 @@ def _topology(graph: OpGraph):
             f"cycle: {graph.node_label(int(src[e]))} and {graph.node_label(int(dst[e]))} "
             "are in the same collective group but one depends on the other"
         )
-    by_src = np.argsort(src, kind="stable")
+    by_src = stable_argsort(src)
     out_dst = dst[by_src]
     out_ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=out_ptr[1:])
@@ -527,6 +527,71 @@ def _topology(graph: OpGraph):
     if placed < n:
         _raise_cycle(graph, order[:placed])
     return order, rep, mem_ptr, mem_idx, out_ptr, out_dst
+
+
+@njit(cache=True)
+def _acyclic(n, rep, src, dst):
+    """Whether the graph (edges src -> dst, barrier groups contracted to ``rep``) has a
+    topological order: Kahn's algorithm with a plain stack, no priority (linear time)."""
+    indeg = np.zeros(n, np.int64)
+    cnt = np.zeros(n + 1, np.int64)
+    for e in range(src.shape[0]):
+        if rep[src[e]] == rep[dst[e]]:
+            return False
+        indeg[rep[dst[e]]] += 1
+        cnt[src[e] + 1] += 1
+    for i in range(n):
+        cnt[i + 1] += cnt[i]
+    out = np.empty(src.shape[0], np.int64)
+    fill = cnt[:-1].copy()
+    for e in range(src.shape[0]):
+        out[fill[src[e]]] = dst[e]
+        fill[src[e]] += 1
+    nmem = np.zeros(n, np.int64)
+    for i in range(n):
+        nmem[rep[i]] += 1
+    mem_ptr = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        mem_ptr[i + 1] = mem_ptr[i] + nmem[i]
+    mem = np.empty(n, np.int64)
+    fill2 = mem_ptr[:-1].copy()
+    for i in range(n):
+        mem[fill2[rep[i]]] = i
+        fill2[rep[i]] += 1
+    stack = np.empty(n, np.int64)
+    top = 0
+    for i in range(n):
+        if rep[i] == i and indeg[i] == 0:
+            stack[top] = i
+            top += 1
+    placed = 0
+    while top > 0:
+        top -= 1
+        r = stack[top]
+        for m in range(mem_ptr[r], mem_ptr[r + 1]):
+            node = mem[m]
+            placed += 1
+            for e in range(cnt[node], cnt[node + 1]):
+                t = rep[out[e]]
+                indeg[t] -= 1
+                if indeg[t] == 0:
+                    stack[top] = t
+                    top += 1
+    return placed == n
+
+
+def is_acyclic(graph: OpGraph, extra_src: np.ndarray | None = None, extra_dst: np.ndarray | None = None) -> bool:
+    """Whether :func:`topological_order` of ``graph`` plus the edges ``extra_src -> extra_dst``
+    would succeed (same groups, same cycle rule), in linear time and without building that graph;
+    call :func:`topological_order` on the graph with the edges when it is False, for the error."""
+    n = graph.n
+    src = graph.dep_src.astype(np.int64)
+    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.dep_ptr))
+    if extra_src is not None:
+        src = np.concatenate([src, np.asarray(extra_src, np.int64)])
+        dst = np.concatenate([dst, np.asarray(extra_dst, np.int64)])
+    rep = _groups(graph)[0]
+    return bool(_acyclic(n, rep, src, dst))
 
 
 def topological_order(graph: OpGraph) -> np.ndarray:

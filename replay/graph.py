@@ -364,8 +364,24 @@ def edges_by_dependent(dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]
     if dst.size and np.all(dst[1:] >= dst[:-1]):
         order = np.arange(dst.shape[0])
     else:
-        order = np.argsort(dst, kind="stable")
+        order = stable_argsort(dst)
     counts = np.bincount(dst, minlength=n)
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])
     return order, ptr
+
+
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """Exactly ``np.argsort(keys, kind="stable")`` for integer keys, about twice as fast on the
+    graph's index arrays: non-negative keys below 2^31 (and fewer than 2^32 of them) are packed
+    with their position into one int64 (key << 32 | position), so an unstable sort of the packed
+    values is the stable order, and its low 32 bits are the positions."""
+    keys = np.asarray(keys)
+    m = keys.shape[0]
+    if m < 2 or m >= 1 << 32 or keys.dtype.kind not in "iu" or keys.min() < 0 or keys.max() >= 1 << 31:
+        return np.argsort(keys, kind="stable")
+    packed = keys.astype(np.int64) << 32
+    packed |= np.arange(m, dtype=np.int64)
+    packed.sort()
+    packed &= 0xFFFFFFFF
+    return packed

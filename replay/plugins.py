@@ -9,7 +9,10 @@
   that method takes no options);
 * group ``fastrack.exporters``: ``name = "package.module:OBJECT"``, an
   :class:`replay.exporter.Exporter` (or a class building one); it becomes the command
-  ``replay export-<name>``.
+  ``replay export-<name>``;
+* group ``fastrack.importers``: ``name = "package.module:OBJECT"``, an object with ``sniff(path) ->
+  bool`` and ``load(path) -> fastrack.traceio.Trace``: a trace format ``replay`` reads directly, in
+  memory (tracegen registers ``kineto``: Kineto JSON; replay never imports tracegen by name).
 
 Any installed distribution may add entries (``[project.entry-points."fastrack.models"]`` in its
 pyproject.toml); names are unique across distributions. Unknown names raise
@@ -29,6 +32,8 @@ MODELS_GROUP = "fastrack.models"
 DEFAULT_MODEL = "h100"  # the model every command uses unless told otherwise (shipped with Fastrack)
 PROTOCOLS_GROUP = "fastrack.protocols"
 EXPORTERS_GROUP = "fastrack.exporters"
+IMPORTERS_GROUP = "fastrack.importers"
+PARQUET_MAGIC = b"PAR1"
 
 
 @functools.lru_cache(maxsize=None)
@@ -127,5 +132,29 @@ def load_exporter(name: str):
     return obj
 
 
-__all__ = ["installed", "available_exporters", "available_models", "available_protocols", "load_exporter", "load_model",
-           "load_protocol", "ProtocolAlias", "DEFAULT_MODEL", "EXPORTERS_GROUP", "MODELS_GROUP", "PROTOCOLS_GROUP"]
+def available_importers() -> list[str]:
+    """Names of the installed trace importers (formats replay reads besides Parquet), sorted."""
+    return sorted(_entries(IMPORTERS_GROUP))
+
+
+def importer_for(path: str) -> Any | None:
+    """The installed importer that recognises ``path``, or None: a Parquet file (the trace format)
+    needs none and scans no plug-in; a file no importer recognises is left to the Parquet reader
+    (whose error says what it is not). An importer that fails to load raises PluginError."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
+                return None
+    except OSError:
+        return None  # the reader reports it
+    for name in available_importers():
+        obj = _load(IMPORTERS_GROUP, "importer", name)
+        if not (callable(getattr(obj, "sniff", None)) and callable(getattr(obj, "load", None))):
+            raise PluginError(f"importer '{name}' is {obj!r}, which has no sniff(path) and load(path)")
+        if obj.sniff(path):
+            return obj
+    return None
+
+
+__all__ = ["installed", "available_importers", "importer_for", "available_exporters", "available_models", "available_protocols", "load_exporter", "load_model",
+           "load_protocol", "ProtocolAlias", "DEFAULT_MODEL", "EXPORTERS_GROUP", "IMPORTERS_GROUP", "MODELS_GROUP", "PROTOCOLS_GROUP"]

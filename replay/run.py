@@ -60,9 +60,30 @@ def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_
     return Replay(result=result, graph=graph, schedule=sched)
 
 
+def open_trace(path: str | os.PathLike) -> Trace:
+    """A Parquet trace, or any format an installed ``fastrack.importers`` plug-in recognises (Kineto
+    JSON, from tracegen) imported in memory. Anything else: the Parquet reader's one-line error,
+    with a hint to convert the file first."""
+    from fastrack.errors import TraceFormatError
+    from replay.plugins import importer_for
+
+    path = str(path)
+    if os.path.isfile(path):  # (FIFOs, devices and missing files: the reader's own refusal)
+        importer = importer_for(path)
+        if importer is not None:
+            return importer.load(path)
+    try:
+        return read_trace(path)
+    except TraceFormatError as exc:
+        if "not a Parquet file" in str(exc):
+            raise TraceFormatError(f"{exc.args[0]}; if it is a profiler trace of another format, convert it first "
+                                   "(tracegen convert FILE -o trace.parquet)", path=path) from None
+        raise
+
+
 def load_graph(trace: str | os.PathLike | Trace) -> tuple[OpGraph, Trace]:
     if not isinstance(trace, Trace):
-        trace = read_trace(trace)
+        trace = open_trace(trace)
     return build_graph(trace), trace
 
 

@@ -272,3 +272,44 @@ def test_no_jit_gives_the_same_schedule(tmp_path):
     assert s.slot_wait.any() or s.lane_servers[-1] > 1  # the pool is exercised
     for k in plain.files:
         assert np.array_equal(plain[k], getattr(s, k)), k
+
+
+def _topo_ok(g) -> bool:
+    from replay.engine import topological_order
+
+    try:
+        topological_order(g)
+    except GraphError:
+        return False
+    return True
+
+
+def test_is_acyclic_agrees_with_topological_order():
+    from replay.engine import is_acyclic
+
+    chain = graph([1, 1, 1], deps=[(0, 1, F, 0), (1, 2, F, 0)])
+    assert is_acyclic(chain) and _topo_ok(chain)
+    assert not is_acyclic(chain, [2], [0])  # the extra edge closes 0 -> 1 -> 2 -> 0
+    cyc = graph([1, 1, 1], deps=[(0, 1, F, 0), (1, 2, F, 0), (2, 1, F, 0)])
+    assert not is_acyclic(cyc) and not _topo_ok(cyc)
+    # 0 and 2 form one barrier group: 0 -> 1 -> 2 is a cycle through the group
+    grp = graph([1, 1, 1], deps=[(0, 1, F, 0), (1, 2, F, 0)], group=[7, -1, 7])
+    assert not is_acyclic(grp) and not _topo_ok(grp)
+    # members of one group depending on each other
+    same = graph([1, 1], deps=[(0, 1, F, 0)], group=[3, 3])
+    assert not is_acyclic(same) and not _topo_ok(same)
+    free = graph([1, 1, 1, 1], deps=[(0, 1, F, 0), (2, 3, F, 0)], group=[-1, 5, 5, -1])
+    assert is_acyclic(free) and _topo_ok(free)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 8).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=12),
+    st.lists(st.sampled_from([-1, 0, 1]), min_size=n, max_size=n))))
+def test_is_acyclic_matches_topological_order_on_random_graphs(case):
+    from replay.engine import is_acyclic
+
+    n, edges, group = case
+    deps = [(a, b, F, 0) for a, b in edges if a != b]
+    g = graph([1] * n, deps=deps, group=group)
+    assert is_acyclic(g) == _topo_ok(g)

@@ -63,10 +63,24 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
     import pyarrow.compute as pc
 
     from fastrack.traceio import write_trace
+
+    t0 = time.perf_counter()
+    stage = stage or (lambda _name: None)
+    table, metadata, num_events = import_table(inputs, fmt, stage)
+    stage("write")
+    path = write_trace(output, table, metadata)
+    ranks = len(pc.unique(table.column("rank")))
+    return ConvertResult(path=path, num_ops=table.num_rows, num_ranks=ranks, num_events=num_events,
+                         seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+def import_table(inputs: Sequence[str | os.PathLike], fmt: str = "auto",
+                 stage: Callable[[str], None] | None = None):
+    """Import ``inputs`` in memory: (trace table, trace metadata, events read). What
+    :func:`convert` writes, and what ``replay`` reads through :data:`REPLAY_IMPORTER`."""
     from tracegen.deps import derive_dependencies
     from tracegen.importers import FORMATS, refuse_unconvertible
 
-    t0 = time.perf_counter()
     inputs = [str(p) for p in inputs]
     if not inputs:
         raise TraceFormatError("no input files")
@@ -89,11 +103,31 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
     label = imp.files[0] if len(imp.files) == 1 else inputs[0] if len(inputs) == 1 else None
     stage("dependencies")
     table = imp.table if imp.table is not None else derive_dependencies(imp.raw, path=label)
-    stage("write")
-    path = write_trace(output, table, imp.metadata)
-    ranks = len(pc.unique(table.column("rank")))
-    return ConvertResult(path=path, num_ops=table.num_rows, num_ranks=ranks, num_events=imp.num_events,
-                         seconds=time.perf_counter() - t0)  # fmt: skip
+    return table, imp.metadata, imp.num_events
+
+
+class KinetoForReplay:
+    """The ``fastrack.importers`` plug-in ``kineto`` (pyproject.toml): lets ``replay`` read a Kineto
+    JSON trace (.json / .json.gz) directly, in memory, exactly as ``tracegen convert`` would
+    write it (replay never imports tracegen by name; it finds this object by entry point)."""
+
+    name = "kineto"
+    description = "Kineto / PyTorch-profiler JSON (.json, .json.gz)"
+
+    def sniff(self, path: str | os.PathLike) -> bool:
+        from tracegen.importers import FORMATS
+
+        return FORMATS["kineto"].sniff(str(path))
+
+    def load(self, path: str | os.PathLike):
+        """The trace of ``path`` as a :class:`fastrack.traceio.Trace` (validated, metadata cleaned)."""
+        from fastrack.traceio import trace_in_memory
+
+        table, metadata, _ = import_table([path], "kineto")
+        return trace_in_memory(table, metadata, str(path))
+
+
+REPLAY_IMPORTER = KinetoForReplay()
 
 
 @click.command("convert")

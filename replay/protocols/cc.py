@@ -47,8 +47,8 @@ import numpy as np
 
 from fastrack.errors import GraphError
 from fastrack.schema import CopyDir, DepKind, HostMem
-from replay.engine import topological_order
-from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent
+from replay.engine import is_acyclic, topological_order
+from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent, stable_argsort
 
 from .base import Protocol
 from .bounce import add_pool_holds
@@ -92,7 +92,7 @@ def check_host_sync(ed: GraphEditor, cp: Copies) -> None:
     if not (prog.size and has_l.any()):
         return
     p_src = g.dep_src[prog]
-    o = np.argsort(p_src, kind="stable")
+    o = stable_argsort(p_src)
     p_src, p_dst = p_src[o], dst[prog][o]
     L, M = cp.launcher[has_l], cp.node[has_l]
     lo = np.searchsorted(p_src, L, "left")
@@ -100,8 +100,12 @@ def check_host_sync(ed: GraphEditor, cp: Copies) -> None:
     if not cnt.sum():
         return
     offs = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    all_dst = np.concatenate([dst, p_dst[np.repeat(lo, cnt) + offs]])
-    all_src = np.concatenate([g.dep_src, np.repeat(M, cnt)])
+    extra_dst = p_dst[np.repeat(lo, cnt) + offs]
+    extra_src = np.repeat(M, cnt)
+    if is_acyclic(g, extra_src, extra_dst):  # the usual case, in linear time; else the error below
+        return
+    all_dst = np.concatenate([dst, extra_dst])
+    all_src = np.concatenate([g.dep_src, extra_src])
     o, ptr = edges_by_dependent(all_dst, g.n)
     aug = g.replace(dep_ptr=ptr, dep_src=all_src[o],
                     dep_kind=np.concatenate([g.dep_kind, np.full(all_src.size - g.dep_src.size, DepKind.SYNC,

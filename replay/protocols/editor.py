@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.graph import NO_LANE, NODE_FIELDS, OpGraph
+from replay.graph import NO_LANE, NODE_FIELDS, OpGraph, stable_argsort
 
 from .kinds import CATEGORY, KIND_NAMES, DerivedKind
 
@@ -147,7 +147,7 @@ class GraphEditor:
             # one stable sort: timsort merges the presorted runs (existing edges are grouped by
             # dependent; each batch of new edges mostly is), and keeps existing edges first
             all_dst = np.concatenate([self.edge_dst, e_dst])
-            order = np.argsort(all_dst, kind="stable")
+            order = stable_argsort(all_dst)
             dep_src = np.concatenate([src, e_src])[order]
             dep_kind = np.concatenate([g.dep_kind, e_kind])[order]
             dep_lag = np.concatenate([lag, e_lag])[order]
