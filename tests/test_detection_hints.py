@@ -48,14 +48,16 @@ def test_convert_nsys_report_says_export_to_sqlite_first(tmp_path, fmt):
 
 
 @pytest.mark.parametrize("name,gz", [("t.json", False), ("t.json.gz", True), ("renamed.bin", True)])
-def test_replay_on_kineto_json_says_convert_first(tmp_path, name, gz):
+def test_replay_reads_kineto_json_directly(tmp_path, name, gz):
+    """Issue 16 supersedes the 'run tracegen convert first' hint: replay imports Kineto JSON in
+    memory through the fastrack.importers entry point (docs/performance.md)."""
     src = tmp_path / name
     data = json.dumps(KINETO).encode()
     src.write_bytes(gzip.compress(data) if gz else data)
     tl = tmp_path / "tl.json"
-    res = CliRunner().invoke(replay_main, [str(src), "--timeline", str(tl)])
-    _one_line_exit_2(res, src, "tracegen convert", "not a Fastrack Parquet trace")
-    assert not tl.exists()
+    res = CliRunner().invoke(replay_main, [str(src), "--timeline", str(tl), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output[res.output.index("{"):])["ops"] == 1 and tl.exists()
 
 
 def test_replay_on_nsys_files_says_what_to_run(tmp_path):

@@ -69,7 +69,7 @@ def test_unknown_format_gets_one_line_hint(kineto_importer, tmp_path):
     with pytest.raises(TraceFormatError) as exc:
         open_trace(bad)
     msg = str(exc.value)
-    assert "\n" not in msg and "tracegen convert" in msg and "not a Parquet file" in msg
+    assert "\n" not in msg and "tracegen convert" in msg and "not a Fastrack Parquet trace" in msg
 
 
 def test_broken_importer_is_named(monkeypatch, tmp_path):
