@@ -157,7 +157,7 @@ def split_scales(params: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[tuple
             try:
                 v = float(v)
             except (TypeError, ValueError):
-                raise ConfigError(f"{k}: factor must be a number, got {v!r}") from None
+                raise ConfigError(f"{k}: factor must be a number, got a {type(v).__name__}") from None
             scales.append((kind, check_factor(kind, v, k)))
     return model, tuple(sorted(scales))
 

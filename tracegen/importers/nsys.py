@@ -128,6 +128,8 @@ def read_nsys(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, Any]]:
         return _read(conn, path)
     except sqlite3.DatabaseError as exc:
         raise TraceFormatError(f"unreadable or damaged SQLite database ({exc})", path=path) from None
+    except UnicodeDecodeError:  # SQLite decodes its own schema before our text factory sees anything
+        raise TraceFormatError("damaged SQLite database (its schema holds text that is not UTF-8)", path=path) from None
     except TraceFormatError as exc:  # raised by a helper that does not know the file
         if exc.path is None:
             exc.path = path
