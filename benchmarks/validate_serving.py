@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,39 @@ def capture(work: Path, name: str, script: str, args: list[str]) -> tuple[Path, 
     return out, shown
 
 
+def serving_args(w: dict, c: int, *extra: str) -> list[str]:
+    """``examples/serving.py`` options of one serving workload: decode in CUDA graphs, as vLLM and
+    SGLang run it."""
+    return ["--model", w["serving_model"], "--concurrency", str(c), "--requests", str(w["requests_per_slot"] * c),
+            "--input-len", str(w["input_len"]), "--output-len", str(w["output_len"]),
+            "--max-len", str(max(2048, w["input_len"] + w["output_len"])), "--cuda-graphs", *extra]
+
+
+def offload_args(w: dict, model: str, what: str) -> list[str]:
+    return ["--model", model, "--offload", what, "--batch", str(w["offload_batch"]),
+            "--prompt-len", str(w["prompt_len"]), "--gen-len", str(w["gen_len"])]
+
+
+def captures(w: dict) -> list[tuple[str, str, list[str]]]:
+    """Every capture the section needs: (name, script, options)."""
+    m = w["serving_model"]
+    out = []
+    for c in w["concurrency"]:
+        out += [(f"serving_{m}_c{c}", "serving.py", serving_args(w, c, "--overlap")),
+                (f"serving_{m}_c{c}_async", "serving.py", serving_args(w, c, "--overlap", "--async-h2d"))]
+    out.append((f"serving_{m}_c{w['mech_concurrency']}_sync", "serving.py", serving_args(w, w["mech_concurrency"])))
+    out += [(f"offload_{model}_{what}", "offload.py", offload_args(w, model, what)) for model, what in w["offload"]]
+    return out
+
+
+def capture_all(work: Path, w: dict, jobs: int) -> None:
+    """Run the captures ``jobs`` at a time up front (each is its own process; the traces are the
+    same as one at a time); the sections then find them in ``work``."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for f in [pool.submit(capture, work, *job) for job in captures(w)]:
+            f.result()
+
+
 def replay(path: Path, protocols: list[str], overrides=()) -> dict[str, dict]:
     """Serving metrics (replay.serving) of one trace under each protocol."""
     from replay.run import load_graph, replay_graph
@@ -103,8 +137,8 @@ def _ms(ns) -> str:
 def sglang(out: _Out, work: Path, w: dict) -> dict:
     out("### 1. Throughput lost under CC by concurrency (SGLang PR #15188 [S31])")
     out()
-    out(f"Workload (`examples/serving.py`): {w['serving_model']}, `--overlap` (the overlap scheduler SGLang runs "
-        f"by default), closed loop with `--requests` = {w['requests_per_slot']} x concurrency, prompts of "
+    out(f"Workload (`examples/serving.py`): {w['serving_model']}, decode-only steps in CUDA graphs (`--cuda-graphs`, as "
+        f"SGLang and vLLM run decode), `--overlap` (the overlap scheduler SGLang runs by default), closed loop with `--requests` = {w['requests_per_slot']} x concurrency, prompts of "
         f"{w['input_len'] // 2}-{w['input_len']} tokens, {w['output_len'] // 2}-{w['output_len']} output tokens, "
         "bf16, temperature sampling on the GPU. **Assumptions**: the PR states neither the model, the GPU nor "
         "the request lengths; an 8B model is consistent with its 173 output tokens/s at concurrency 1 on one "
@@ -116,9 +150,7 @@ def sglang(out: _Out, work: Path, w: dict) -> dict:
     results = {}
     cmds = []
     for c in w["concurrency"]:
-        base = ["--model", w["serving_model"], "--concurrency", str(c), "--requests", str(w["requests_per_slot"] * c),
-                "--input-len", str(w["input_len"]), "--output-len", str(w["output_len"]),
-                "--max-len", str(max(2048, w["input_len"] + w["output_len"])), "--overlap"]
+        base = serving_args(w, c, "--overlap")
         path, cmd = capture(work, f"serving_{w['serving_model']}_c{c}", "serving.py", base)
         fpath, fcmd = capture(work, f"serving_{w['serving_model']}_c{c}_async", "serving.py", [*base, "--async-h2d"])
         cmds += [cmd, fcmd]
@@ -150,16 +182,15 @@ def vllm(out: _Out, work: Path, w: dict, sglang_results: dict) -> None:
     c = w["mech_concurrency"]
     out("### 2. The decode mechanisms of vLLM PR #52226 [S32]")
     out()
-    out(f"Concurrency {c}, same workload. `sync loop` is vLLM's default step (inputs copied on the compute stream, "
+    out(f"Concurrency {c}, same workload. Decode in CUDA graphs (`--cuda-graphs`). `sync loop` is vLLM's synchronous step (inputs copied on the "
+        "compute stream into the graph's static buffers, "
         "tokens read back with `.tolist()` before the next step is prepared); `overlap` schedules one step "
         "ahead (vLLM's async scheduling, SGLang's overlap scheduler). The columns are the change of the mean "
         "TPOT against `none` and its largest terms by mechanism (us per output token; `sync_wait h2d`: the "
         "calling thread blocked in a host-synchronous H2D copy; `cpu_decrypt d2h`: the token readback "
         "decrypted on the CPU; `cc_submit`: encrypted command submission per launch).")
     out()
-    base = ["--model", w["serving_model"], "--concurrency", str(c), "--requests", str(w["requests_per_slot"] * c),
-            "--input-len", str(w["input_len"]), "--output-len", str(w["output_len"]),
-            "--max-len", str(max(2048, w["input_len"] + w["output_len"]))]
+    base = serving_args(w, c)
     path, cmd = capture(work, f"serving_{w['serving_model']}_c{c}_sync", "serving.py", base)
     runs = {"sync loop": replay(path, ["none", "baseline"])}
     if c in sglang_results:
@@ -194,8 +225,7 @@ def pipellm(out: _Out, work: Path, w: dict) -> None:
     out("|---|---|---:|---:|---:|---:|---:|")
     cmds = []
     for model, what in w["offload"]:
-        args = ["--model", model, "--offload", what, "--batch", str(w["offload_batch"]),
-                "--prompt-len", str(w["prompt_len"]), "--gen-len", str(w["gen_len"])]
+        args = offload_args(w, model, what)
         path, cmd = capture(work, f"offload_{model}_{what}", "offload.py", args)
         cmds.append(cmd)
         r = replay(path, ["none", "baseline", "fastrack"])
@@ -211,8 +241,9 @@ def pipellm(out: _Out, work: Path, w: dict) -> None:
     out()
 
 
-def section(work: Path, quick: bool) -> str:
+def section(work: Path, quick: bool, jobs: int = 1) -> str:
     w = QUICK if quick else FULL
+    capture_all(work, w, jobs)
     out = _Out()
     out("Generated by `python benchmarks/validate_serving.py --write docs/serving.md`"
         + (" (**--quick**: small models, a smoke test, not the validation)" if quick else "")
@@ -242,6 +273,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--work", type=Path, default=None,
                     help="directory for the captured traces (existing ones are reused); default: a temporary one")
     ap.add_argument("--quick", action="store_true", help="small models: a smoke test of this script")
+    ap.add_argument("--jobs", type=int, default=2, help="captures run at once (default 2)")
     args = ap.parse_args(argv)
     try:
         if args.write is not None:
@@ -251,7 +283,7 @@ def main(argv: list[str]) -> int:
         with tempfile.TemporaryDirectory(prefix="validate_serving_") as tmp:
             work = args.work or Path(tmp)
             work.mkdir(parents=True, exist_ok=True)
-            text = section(work.resolve(), args.quick)
+            text = section(work.resolve(), args.quick, args.jobs)
         if args.write is None:
             sys.stdout.write(text)
         else:
