@@ -111,8 +111,33 @@ def capture_all(work: Path, w: dict, jobs: int) -> None:
             f.result()
 
 
-def replay(path: Path, protocols: list[str], overrides=()) -> dict[str, dict]:
-    """Serving metrics (replay.serving) of one trace under each protocol."""
+def host_waits(graph, sched) -> dict[str, int]:
+    """ns the host threads sat blocked (idle between one node's finish and the next one's start
+    on the same thread), summed by the mechanism of the node the thread was waiting to run: the
+    kind, suffixed ``h2d``/``d2h`` for a node of a host<->GPU copy (replay/serving.py's labels).
+    The TPOT breakdown walks the critical path, where such a wait shows as the GPU work waited
+    for (``kernel``); this says which call the host was stuck in."""
+    import numpy as np
+
+    from replay.graph import LaneType
+
+    on_lane = graph.lane >= 0
+    host = np.flatnonzero(on_lane & (graph.lanes.type[np.where(on_lane, graph.lane, 0)] == int(LaneType.HOST_THREAD)))
+    out: dict[str, int] = {}
+    for lane in np.unique(graph.lane[host]):
+        idx = host[graph.lane[host] == lane]
+        idx = idx[np.argsort(sched.start[idx], kind="stable")]
+        gap = sched.start[idx[1:]] - np.maximum.accumulate(sched.finish[idx[:-1]])
+        for n in np.flatnonzero(gap > 0):
+            node = idx[1 + n]
+            label = graph.kind_label(int(graph.kind[node])) + {1: " h2d", 2: " d2h"}.get(int(graph.copy_dir[node]), "")
+            out[label] = out.get(label, 0) + int(gap[n])
+    return out
+
+
+def replay(path: Path, protocols: list[str], overrides=(), waits: bool = False) -> dict[str, dict]:
+    """Serving metrics (replay.serving) of one trace under each protocol (``waits``: and the
+    host's blocked time by mechanism, ``host_waits``)."""
     from replay.run import load_graph, replay_graph
     from replay.serving import serving_metrics
 
@@ -122,6 +147,8 @@ def replay(path: Path, protocols: list[str], overrides=()) -> dict[str, dict]:
         rep = replay_graph(graph, p, preset=PRESET, overrides=overrides, trace_ops=tr.num_ops)
         out[p] = serving_metrics(rep.graph, rep.schedule)
         out[p]["makespan_ns"] = rep.result.makespan_ns
+        if waits:
+            out[p]["host_waits"] = host_waits(rep.graph, rep.schedule)
     return out
 
 
@@ -154,8 +181,8 @@ def sglang(out: _Out, work: Path, w: dict) -> dict:
         path, cmd = capture(work, f"serving_{w['serving_model']}_c{c}", "serving.py", base)
         fpath, fcmd = capture(work, f"serving_{w['serving_model']}_c{c}_async", "serving.py", [*base, "--async-h2d"])
         cmds += [cmd, fcmd]
-        r = replay(path, ["none", "baseline", "fastrack"])
-        f = replay(fpath, ["none", "baseline"])
+        r = replay(path, ["none", "baseline", "fastrack"], waits=c == w["mech_concurrency"])
+        f = replay(fpath, ["none", "baseline"], waits=c == w["mech_concurrency"])
         results[c] = (r, f)
         pub = SGLANG_LOSS.get(c)
         out(f"| {c} | {r['none']['output_tokens_per_s']:,.1f} | {r['baseline']['output_tokens_per_s']:,.1f} | "
@@ -192,7 +219,7 @@ def vllm(out: _Out, work: Path, w: dict, sglang_results: dict) -> None:
     out()
     base = serving_args(w, c)
     path, cmd = capture(work, f"serving_{w['serving_model']}_c{c}_sync", "serving.py", base)
-    runs = {"sync loop": replay(path, ["none", "baseline"])}
+    runs = {"sync loop": replay(path, ["none", "baseline"], waits=True)}
     if c in sglang_results:
         runs["overlap"] = sglang_results[c][0]
         runs["overlap + `--async-h2d`"] = sglang_results[c][1]
@@ -203,6 +230,21 @@ def vllm(out: _Out, work: Path, w: dict, sglang_results: dict) -> None:
         d = o["breakdown_delta"]["tpot_per_token_ns"]["mechanism"]
         out(f"| {name} | {_ms(r['none']['tpot_ns']['mean'])} | {_ms(r['baseline']['tpot_ns']['mean'])} | "
             f"{100 * (o['tpot_mean'] or 0):+.1f}% | {_top(d)} |")
+    out()
+    out("Where the host thread sat blocked, by the call it was waiting in (us per output token over the "
+        "whole run; `sync`: a stream, event or device synchronisation; `sync_wait h2d`: a host-synchronous "
+        "H2D copy waiting for earlier work on its stream; `cpu_decrypt d2h`: a host-synchronous D2H readback "
+        "waiting for its data to land):")
+    out()
+    out("| loop | none | baseline |")
+    out("|---|---|---|")
+    for name, r in runs.items():
+        cells = []
+        for p in ("none", "baseline"):
+            tok = r[p]["output_tokens"] or 1
+            waits = sorted(r[p].get("host_waits", {}).items(), key=lambda kv: -kv[1])[:4]
+            cells.append(", ".join(f"`{k}` {v / tok / 1e3:.1f}" for k, v in waits) or "-")
+        out(f"| {name} | {cells[0]} | {cells[1]} |")
     out()
     out("```")
     out(cmd)
