@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
 import tempfile
@@ -77,8 +78,66 @@ def capture(work: Path, name: str, script: str, args: list[str]) -> tuple[Path, 
     return out, shown
 
 
-def replay(path: Path, protocols: list[str], overrides=()) -> dict[str, dict]:
-    """Serving metrics (replay.serving) of one trace under each protocol."""
+def serving_args(w: dict, c: int, *extra: str) -> list[str]:
+    """``examples/serving.py`` options of one serving workload: decode in CUDA graphs, as vLLM and
+    SGLang run it."""
+    return ["--model", w["serving_model"], "--concurrency", str(c), "--requests", str(w["requests_per_slot"] * c),
+            "--input-len", str(w["input_len"]), "--output-len", str(w["output_len"]),
+            "--max-len", str(max(2048, w["input_len"] + w["output_len"])), "--cuda-graphs", *extra]
+
+
+def offload_args(w: dict, model: str, what: str) -> list[str]:
+    return ["--model", model, "--offload", what, "--batch", str(w["offload_batch"]),
+            "--prompt-len", str(w["prompt_len"]), "--gen-len", str(w["gen_len"])]
+
+
+def captures(w: dict) -> list[tuple[str, str, list[str]]]:
+    """Every capture the section needs: (name, script, options)."""
+    m = w["serving_model"]
+    out = []
+    for c in w["concurrency"]:
+        out += [(f"serving_{m}_c{c}", "serving.py", serving_args(w, c, "--overlap")),
+                (f"serving_{m}_c{c}_async", "serving.py", serving_args(w, c, "--overlap", "--async-h2d"))]
+    out.append((f"serving_{m}_c{w['mech_concurrency']}_sync", "serving.py", serving_args(w, w["mech_concurrency"])))
+    out += [(f"offload_{model}_{what}", "offload.py", offload_args(w, model, what)) for model, what in w["offload"]]
+    return out
+
+
+def capture_all(work: Path, w: dict, jobs: int) -> None:
+    """Run the captures ``jobs`` at a time up front (each is its own process; the traces are the
+    same as one at a time); the sections then find them in ``work``."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for f in [pool.submit(capture, work, *job) for job in captures(w)]:
+            f.result()
+
+
+def host_waits(graph, sched) -> dict[str, int]:
+    """ns the host threads sat blocked (idle between one node's finish and the next one's start
+    on the same thread), summed by the mechanism of the node the thread was waiting to run: the
+    kind, suffixed ``h2d``/``d2h`` for a node of a host<->GPU copy (replay/serving.py's labels).
+    The TPOT breakdown walks the critical path, where such a wait shows as the GPU work waited
+    for (``kernel``); this says which call the host was stuck in."""
+    import numpy as np
+
+    from replay.graph import LaneType
+
+    on_lane = graph.lane >= 0
+    host = np.flatnonzero(on_lane & (graph.lanes.type[np.where(on_lane, graph.lane, 0)] == int(LaneType.HOST_THREAD)))
+    out: dict[str, int] = {}
+    for lane in np.unique(graph.lane[host]):
+        idx = host[graph.lane[host] == lane]
+        idx = idx[np.argsort(sched.start[idx], kind="stable")]
+        gap = sched.start[idx[1:]] - np.maximum.accumulate(sched.finish[idx[:-1]])
+        for n in np.flatnonzero(gap > 0):
+            node = idx[1 + n]
+            label = graph.kind_label(int(graph.kind[node])) + {1: " h2d", 2: " d2h"}.get(int(graph.copy_dir[node]), "")
+            out[label] = out.get(label, 0) + int(gap[n])
+    return out
+
+
+def replay(path: Path, protocols: list[str], overrides=(), waits: bool = False) -> dict[str, dict]:
+    """Serving metrics (replay.serving) of one trace under each protocol (``waits``: and the
+    host's blocked time by mechanism, ``host_waits``)."""
     from replay.run import load_graph, replay_graph
     from replay.serving import serving_metrics
 
@@ -88,6 +147,8 @@ def replay(path: Path, protocols: list[str], overrides=()) -> dict[str, dict]:
         rep = replay_graph(graph, p, preset=PRESET, overrides=overrides, trace_ops=tr.num_ops)
         out[p] = serving_metrics(rep.graph, rep.schedule)
         out[p]["makespan_ns"] = rep.result.makespan_ns
+        if waits:
+            out[p]["host_waits"] = host_waits(rep.graph, rep.schedule)
     return out
 
 
@@ -103,8 +164,8 @@ def _ms(ns) -> str:
 def sglang(out: _Out, work: Path, w: dict) -> dict:
     out("### 1. Throughput lost under CC by concurrency (SGLang PR #15188 [S31])")
     out()
-    out(f"Workload (`examples/serving.py`): {w['serving_model']}, `--overlap` (the overlap scheduler SGLang runs "
-        f"by default), closed loop with `--requests` = {w['requests_per_slot']} x concurrency, prompts of "
+    out(f"Workload (`examples/serving.py`): {w['serving_model']}, decode-only steps in CUDA graphs (`--cuda-graphs`, as "
+        f"SGLang and vLLM run decode), `--overlap` (the overlap scheduler SGLang runs by default), closed loop with `--requests` = {w['requests_per_slot']} x concurrency, prompts of "
         f"{w['input_len'] // 2}-{w['input_len']} tokens, {w['output_len'] // 2}-{w['output_len']} output tokens, "
         "bf16, temperature sampling on the GPU. **Assumptions**: the PR states neither the model, the GPU nor "
         "the request lengths; an 8B model is consistent with its 173 output tokens/s at concurrency 1 on one "
@@ -116,14 +177,12 @@ def sglang(out: _Out, work: Path, w: dict) -> dict:
     results = {}
     cmds = []
     for c in w["concurrency"]:
-        base = ["--model", w["serving_model"], "--concurrency", str(c), "--requests", str(w["requests_per_slot"] * c),
-                "--input-len", str(w["input_len"]), "--output-len", str(w["output_len"]),
-                "--max-len", str(max(2048, w["input_len"] + w["output_len"])), "--overlap"]
+        base = serving_args(w, c, "--overlap")
         path, cmd = capture(work, f"serving_{w['serving_model']}_c{c}", "serving.py", base)
         fpath, fcmd = capture(work, f"serving_{w['serving_model']}_c{c}_async", "serving.py", [*base, "--async-h2d"])
         cmds += [cmd, fcmd]
-        r = replay(path, ["none", "baseline", "fastrack"])
-        f = replay(fpath, ["none", "baseline"])
+        r = replay(path, ["none", "baseline", "fastrack"], waits=c == w["mech_concurrency"])
+        f = replay(fpath, ["none", "baseline"], waits=c == w["mech_concurrency"])
         results[c] = (r, f)
         pub = SGLANG_LOSS.get(c)
         out(f"| {c} | {r['none']['output_tokens_per_s']:,.1f} | {r['baseline']['output_tokens_per_s']:,.1f} | "
@@ -150,18 +209,17 @@ def vllm(out: _Out, work: Path, w: dict, sglang_results: dict) -> None:
     c = w["mech_concurrency"]
     out("### 2. The decode mechanisms of vLLM PR #52226 [S32]")
     out()
-    out(f"Concurrency {c}, same workload. `sync loop` is vLLM's default step (inputs copied on the compute stream, "
+    out(f"Concurrency {c}, same workload. Decode in CUDA graphs (`--cuda-graphs`). `sync loop` is vLLM's synchronous step (inputs copied on the "
+        "compute stream into the graph's static buffers, "
         "tokens read back with `.tolist()` before the next step is prepared); `overlap` schedules one step "
         "ahead (vLLM's async scheduling, SGLang's overlap scheduler). The columns are the change of the mean "
         "TPOT against `none` and its largest terms by mechanism (us per output token; `sync_wait h2d`: the "
         "calling thread blocked in a host-synchronous H2D copy; `cpu_decrypt d2h`: the token readback "
         "decrypted on the CPU; `cc_submit`: encrypted command submission per launch).")
     out()
-    base = ["--model", w["serving_model"], "--concurrency", str(c), "--requests", str(w["requests_per_slot"] * c),
-            "--input-len", str(w["input_len"]), "--output-len", str(w["output_len"]),
-            "--max-len", str(max(2048, w["input_len"] + w["output_len"]))]
+    base = serving_args(w, c)
     path, cmd = capture(work, f"serving_{w['serving_model']}_c{c}_sync", "serving.py", base)
-    runs = {"sync loop": replay(path, ["none", "baseline"])}
+    runs = {"sync loop": replay(path, ["none", "baseline"], waits=True)}
     if c in sglang_results:
         runs["overlap"] = sglang_results[c][0]
         runs["overlap + `--async-h2d`"] = sglang_results[c][1]
@@ -172,6 +230,21 @@ def vllm(out: _Out, work: Path, w: dict, sglang_results: dict) -> None:
         d = o["breakdown_delta"]["tpot_per_token_ns"]["mechanism"]
         out(f"| {name} | {_ms(r['none']['tpot_ns']['mean'])} | {_ms(r['baseline']['tpot_ns']['mean'])} | "
             f"{100 * (o['tpot_mean'] or 0):+.1f}% | {_top(d)} |")
+    out()
+    out("Where the host thread sat blocked, by the call it was waiting in (us per output token over the "
+        "whole run; `sync`: a stream, event or device synchronisation; `sync_wait h2d`: a host-synchronous "
+        "H2D copy waiting for earlier work on its stream; `cpu_decrypt d2h`: a host-synchronous D2H readback "
+        "waiting for its data to land):")
+    out()
+    out("| loop | none | baseline |")
+    out("|---|---|---|")
+    for name, r in runs.items():
+        cells = []
+        for p in ("none", "baseline"):
+            tok = r[p]["output_tokens"] or 1
+            waits = sorted(r[p].get("host_waits", {}).items(), key=lambda kv: -kv[1])[:4]
+            cells.append(", ".join(f"`{k}` {v / tok / 1e3:.1f}" for k, v in waits) or "-")
+        out(f"| {name} | {cells[0]} | {cells[1]} |")
     out()
     out("```")
     out(cmd)
@@ -194,8 +267,7 @@ def pipellm(out: _Out, work: Path, w: dict) -> None:
     out("|---|---|---:|---:|---:|---:|---:|")
     cmds = []
     for model, what in w["offload"]:
-        args = ["--model", model, "--offload", what, "--batch", str(w["offload_batch"]),
-                "--prompt-len", str(w["prompt_len"]), "--gen-len", str(w["gen_len"])]
+        args = offload_args(w, model, what)
         path, cmd = capture(work, f"offload_{model}_{what}", "offload.py", args)
         cmds.append(cmd)
         r = replay(path, ["none", "baseline", "fastrack"])
@@ -211,8 +283,9 @@ def pipellm(out: _Out, work: Path, w: dict) -> None:
     out()
 
 
-def section(work: Path, quick: bool) -> str:
+def section(work: Path, quick: bool, jobs: int = 1) -> str:
     w = QUICK if quick else FULL
+    capture_all(work, w, jobs)
     out = _Out()
     out("Generated by `python benchmarks/validate_serving.py --write docs/serving.md`"
         + (" (**--quick**: small models, a smoke test, not the validation)" if quick else "")
@@ -242,6 +315,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--work", type=Path, default=None,
                     help="directory for the captured traces (existing ones are reused); default: a temporary one")
     ap.add_argument("--quick", action="store_true", help="small models: a smoke test of this script")
+    ap.add_argument("--jobs", type=int, default=2, help="captures run at once (default 2)")
     args = ap.parse_args(argv)
     try:
         if args.write is not None:
@@ -251,7 +325,7 @@ def main(argv: list[str]) -> int:
         with tempfile.TemporaryDirectory(prefix="validate_serving_") as tmp:
             work = args.work or Path(tmp)
             work.mkdir(parents=True, exist_ok=True)
-            text = section(work.resolve(), args.quick)
+            text = section(work.resolve(), args.quick, args.jobs)
         if args.write is None:
             sys.stdout.write(text)
         else:

@@ -27,8 +27,11 @@ Per step, as vLLM's model runner does:
 scheduling): the next step's inputs are built and its forward launched before the previous step's
 tokens are read back, which a side stream copies into pinned memory; the decode token ids are
 taken on the GPU from the previous step's samples. ``--cuda-graphs`` runs decode-only steps as
-CUDA-graph replays (captured per padded batch size, as vLLM does); the emulation in this
-version may not support CUDA graphs, so it is off by default.
+CUDA-graph replays, as vLLM does: one graph per batch-size bucket (``CAPTURE_SIZES`` up to the
+concurrency) captured at start-up, before the first request; a decode step pads its batch to the
+next bucket, its H2D input copies write straight into that graph's static input buffers (padding
+rows point at a scratch KV slot), then ``graph.replay()`` (one ``cudaGraphLaunch``) runs the
+forward and the sampler, and the D2H token readback follows. Steps with a prefill chunk run eagerly.
 
 Host-side scheduling never depends on GPU values: output lengths are drawn up front (as a
 benchmark with ``ignore_eos`` does), so token ids read back under emulation are stand-ins.
@@ -212,6 +215,7 @@ class Batch:
     decode_top: int  # decode attention runs over slots 0..decode_top-1
     decode_span: int  # ... and their first decode_span positions
     sampled_rows: list[Request] = field(default_factory=list)  # requests that get a token this step
+    graph_size: int = 0  # --cuda-graphs: the bucket whose graph runs this decode-only step (0: eager)
 
 
 def mark(event: str, rid: int) -> None:
@@ -239,9 +243,10 @@ class Server:
         self.pin = not args.pageable_inputs
         cap = args.max_batched_tokens + self.slots
         self.host_buf = {name: self._host(cap) for name in ("input_ids", "positions", "slot_mapping")}
-        self.host_buf.update({name: self._host(self.slots + 1)
+        rows = max(self.slots + 1, next(s for s in CAPTURE_SIZES if s >= self.slots))  # a padded decode batch
+        self.host_buf.update({name: self._host(rows)
                               for name in ("logits_indices", "decode_slots", "slot_lens", "prev_rows")})
-        self.graphs: dict[int, tuple] = {}
+        self.graphs: dict[int, tuple] = {}  # bucket size -> (graph, static Batch, sampled tokens)
         self.prev_tokens = None  # --overlap: the previous step's samples, on the GPU
         self.prev_rows: list[Request] = []
         self.pending = None  # --overlap: (pinned tokens, event, rows) of the step not yet read back
@@ -294,22 +299,47 @@ class Server:
             sampled.append(r)
         host = {"input_ids": ids, "positions": pos, "slot_mapping": slots_, "logits_indices": logit_rows,
                 "decode_slots": [r.slot for r in decodes], "slot_lens": slot_lens}
+        if self.graphs and decodes and not chunks:
+            return self.graph_inputs(host, decodes, sampled)
         gpu = self.upload(host)
-        if self.args.overlap and decodes and self.prev_tokens is not None:
-            # decode token ids come from the previous step's samples on the GPU, never through the host
-            prev = {id(r): i for i, r in enumerate(self.prev_rows)}
-            idx = self.upload({"prev_rows": [prev.get(id(r), 0) for r in decodes]})["prev_rows"]
-            gpu["input_ids"][n_pre:] = self.prev_tokens.index_select(0, idx)
+        self.overlap_ids(gpu["input_ids"], n_pre, decodes)
         return Batch(input_ids=gpu["input_ids"], positions=gpu["positions"], slot_mapping=gpu["slot_mapping"],
                      logits_indices=gpu["logits_indices"], decode_slots=gpu["decode_slots"],
                      slot_lens=gpu["slot_lens"], positions_range=self.positions_range, max_len=self.max_len,
                      prefills=prefills, token_offset=offsets, num_prefill_tokens=n_pre, num_decode=len(decodes),
                      decode_top=top, decode_span=max(slot_lens, default=0), sampled_rows=sampled)
 
-    def upload(self, values: dict[str, list[int]]) -> dict[str, torch.Tensor]:
+    def overlap_ids(self, input_ids: torch.Tensor, n_pre: int, decodes: list[Request]) -> None:
+        """--overlap: decode token ids come from the previous step's samples on the GPU, never
+        through the host."""
+        if self.args.overlap and decodes and self.prev_tokens is not None:
+            prev = {id(r): i for i, r in enumerate(self.prev_rows)}
+            idx = self.upload({"prev_rows": [prev.get(id(r), 0) for r in decodes]})["prev_rows"]
+            input_ids[n_pre:n_pre + len(decodes)] = self.prev_tokens.index_select(0, idx)
+
+    def graph_inputs(self, host: dict[str, list[int]], decodes: list[Request], sampled: list[Request]) -> Batch:
+        """A decode-only step for a CUDA graph: the batch padded to the next bucket (padding rows
+        write their K/V to the scratch slot and attend over one position), the host lists copied
+        straight into that graph's static input buffers."""
+        n = len(decodes)
+        size = next(s for s in CAPTURE_SIZES if s >= n)
+        pad = size - n
+        scratch = self.slots
+        lens = host["slot_lens"] + [1] * (self.slots + 1 - len(host["slot_lens"]))
+        padded = {"input_ids": host["input_ids"] + [0] * pad, "positions": host["positions"] + [0] * pad,
+                  "slot_mapping": host["slot_mapping"] + [scratch * self.max_len] * pad,
+                  "decode_slots": host["decode_slots"] + [scratch] * pad, "slot_lens": lens}
+        _, static, _ = self.graphs[size]
+        self.upload(padded, into={name: getattr(static, name) for name in padded})
+        self.overlap_ids(static.input_ids, 0, decodes)
+        return dataclasses.replace(static, num_decode=n, sampled_rows=sampled, graph_size=size)
+
+    def upload(self, values: dict[str, list[int]], into: dict[str, torch.Tensor] | None = None
+               ) -> dict[str, torch.Tensor]:
         """Each list into its persistent host buffer (pinned unless --pageable-inputs), then one
-        non_blocking H2D copy each: on the compute stream, or on the copy stream (--async-h2d)
-        that the compute stream then waits for."""
+        non_blocking H2D copy each (into ``into[name]``, a graph's static buffer, when given): on
+        the compute stream, or on the copy stream (--async-h2d) that the compute stream then
+        waits for."""
         stream = self.copy_stream or self.compute
         out = {}
         with torch.cuda.stream(stream):
@@ -318,27 +348,31 @@ class Server:
                 n = max(len(vals), 1)
                 if vals:
                     buf[:len(vals)] = torch.tensor(vals, dtype=torch.int64)
-                out[name] = buf[:n].to(self.device, non_blocking=True)
+                if into is not None:
+                    out[name] = into[name][:n].copy_(buf[:n], non_blocking=True)
+                else:
+                    out[name] = buf[:n].to(self.device, non_blocking=True)
         if self.copy_stream is not None:
             self.compute.wait_stream(self.copy_stream)
         return out
 
     # -- one step
     def forward(self, batch: Batch):
-        if self.args.cuda_graphs and not batch.prefills and batch.num_decode:
-            return self.graph_decode(batch)
+        if batch.graph_size:
+            graph, _, out = self.graphs[batch.graph_size]
+            graph.replay()  # the forward and the sampler of the bucket, one cudaGraphLaunch
+            # --overlap reads the tokens back on a side stream while the next replay rewrites `out`
+            return out[:batch.num_decode].clone() if self.args.overlap else out[:batch.num_decode]
         logits = self.model(batch, self.caches)
         return sample(logits, self.args.temperature)
 
-    def graph_decode(self, batch: Batch):
-        """A decode-only step as a CUDA-graph replay, padded to the next capture size (padding rows
-        write to the scratch slot). The graph's attention spans every slot and --max-len
-        positions, the shapes it was captured with."""
-        size = next(s for s in CAPTURE_SIZES if s >= batch.num_decode)
-        scratch = self.slots
-        g = self.graphs.get(size)
-        if g is None:
-            dev = self.device
+    def capture_graphs(self) -> None:
+        """--cuda-graphs, at start-up as vLLM does: one graph per bucket up to the concurrency,
+        each over static input buffers (padding rows: the scratch slot) and attention spanning
+        every slot and --max-len positions (the shapes a replay must keep)."""
+        dev, scratch = self.device, self.slots
+        top = next(s for s in CAPTURE_SIZES if s >= self.slots)
+        for size in [s for s in CAPTURE_SIZES if s <= top]:
             static = Batch(input_ids=torch.zeros(size, dtype=torch.int64, device=dev),
                            positions=torch.zeros(size, dtype=torch.int64, device=dev),
                            slot_mapping=torch.full((size,), scratch * self.max_len, dtype=torch.int64, device=dev),
@@ -351,14 +385,7 @@ class Server:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 out = sample(self.model(static, self.caches), self.args.temperature)
-            g = self.graphs[size] = (graph, static, out)
-        graph, static, out = g
-        n = batch.num_decode
-        for name in ("input_ids", "positions", "slot_mapping", "decode_slots"):
-            getattr(static, name)[:n].copy_(getattr(batch, name)[:n])
-        static.slot_lens[:batch.decode_top].copy_(batch.slot_lens)
-        graph.replay()
-        return out[:n]
+            self.graphs[size] = (graph, static, out)
 
     def read_back(self, tokens, rows, finished_cb):
         """The per-step D2H readback of the sampled tokens, then the markers of their requests."""
@@ -455,6 +482,9 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)
     server = Server(args, cfg, "cuda", torch.bfloat16)
+    if args.cuda_graphs:
+        with torch.inference_mode():
+            server.capture_graphs()
     waiting = deque(make_requests(args, cfg.vocab))
     running: list[Request] = []
     free_slots = list(range(args.concurrency))
