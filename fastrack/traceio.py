@@ -296,5 +296,10 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> Tra
             table = pf.read(columns=columns)
     except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as exc:
         raise TraceFormatError(f"unreadable Parquet data ({str(exc).splitlines()[0]})", path=path) from None
+    if columns is not None:  # ParquetFile.read skips a requested column the file lacks: refuse it
+        missing = [c for c in columns if c not in table.schema.names]
+        if missing:
+            raise SchemaError(f"not a Fastrack trace (schema v{SCHEMA_VERSION}): missing column(s) "
+                              f"{', '.join(missing)}", path=path)
     validate_table(table, path, partial=columns is not None)
     return Trace(table=table.replace_schema_metadata(None), metadata=meta, path=path)

@@ -105,3 +105,13 @@ def test_an_op_ending_beyond_the_span_is_refused():
     table = make_table({"op_id": [0], "kind": ["cpu"], "name": ["a"], "start_ns": [MAX_SPAN_NS - 5], "dur_ns": [10]})
     with pytest.raises(SchemaError, match="beyond the 2\\^50 ns"):
         validate_table(table)
+
+
+def test_reading_some_columns_refuses_a_file_that_lacks_one(tmp_path):
+    import pyarrow.parquet as _pq
+
+    p = write(tmp_path / "t.parquet", [op("cpu", "a", 0, 5, thread=1)])
+    t = _pq.read_table(p)
+    _pq.write_table(t.drop_columns(["start_ns"]).replace_schema_metadata(t.schema.metadata), tmp_path / "d.parquet")
+    with pytest.raises(SchemaError, match="missing column.*start_ns"):
+        read_trace(tmp_path / "d.parquet", columns=["op_id", "start_ns", "dur_ns"])
