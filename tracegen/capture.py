@@ -112,16 +112,8 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
     import torch
 
     from tracegen.emulation import Recorder, emulated_gpu
-    from tracegen.emulation.costmodel import get_spec
-    from tracegen.emulation.speed import speed_factors
 
-    spec = get_spec(device)
-    path = Path(script)
-    if not path.is_file():
-        raise CaptureError("no such script", path=str(path))
-    if host_time not in HOST_TIME_MODES:
-        raise CaptureError(f"unknown host time mode '{host_time}'; expected one of {', '.join(HOST_TIME_MODES)}")
-    speed = speed_factors(gpu_speed, copy_speed, host_speed)  # checked before the script runs
+    spec, path, speed = _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, host_speed)
     rec = Recorder(spec, host_time=host_time, gpu_speed=speed.gpu, copy_speed=speed.copy, host_speed=speed.host)
     with emulated_gpu(rec):
         run_script(path, script_args)
@@ -137,6 +129,21 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
     return table, meta
 
 
+def _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, host_speed):
+    """(cost-model spec, script path, speed factors) of an emulated capture, every input checked
+    before the script runs."""
+    from tracegen.emulation.costmodel import get_spec
+    from tracegen.emulation.speed import speed_factors
+
+    spec = get_spec(device)
+    path = Path(script)
+    if not path.is_file():
+        raise CaptureError("no such script", path=str(path))
+    if host_time not in HOST_TIME_MODES:
+        raise CaptureError(f"unknown host time mode '{host_time}'; expected one of {', '.join(HOST_TIME_MODES)}")
+    return spec, path, speed_factors(gpu_speed, copy_speed, host_speed)
+
+
 def capture_distributed(script, script_args=(), *, nproc: int, device: str = "h100-sxm", skip_steps: int = 0,
                         steps: int | None = None, name: str | None = None, host_time: str = "modelled",
                         gpu_speed: float = 1.0, copy_speed: float = 1.0,
@@ -145,17 +152,9 @@ def capture_distributed(script, script_args=(), *, nproc: int, device: str = "h1
     (:mod:`tracegen.ranks`, :mod:`tracegen.emulation.distributed`)."""
     import torch
 
-    from tracegen.emulation.costmodel import get_spec
-    from tracegen.emulation.speed import speed_factors
     from tracegen.ranks import capture_ranks
 
-    spec = get_spec(device)
-    path = Path(script)
-    if not path.is_file():
-        raise CaptureError("no such script", path=str(path))
-    if host_time not in HOST_TIME_MODES:
-        raise CaptureError(f"unknown host time mode '{host_time}'; expected one of {', '.join(HOST_TIME_MODES)}")
-    speed = speed_factors(gpu_speed, copy_speed, host_speed)
+    spec, path, speed = _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, host_speed)
     table = capture_ranks(path, list(script_args), nproc, device=device, host_time=host_time, gpu_speed=speed.gpu,
                           copy_speed=speed.copy, host_speed=speed.host, skip_steps=skip_steps, steps=steps)
     meta = _metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,

@@ -33,7 +33,6 @@ from __future__ import annotations
 import heapq
 import os
 import re
-import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
@@ -45,7 +44,7 @@ from fastrack.chakra import CollectiveCommType, Node, NodeType, looks_like_et, r
 from fastrack.errors import TraceFormatError
 from fastrack.schema import OP_KIND_BY_LABEL, DepKind, OpKind
 from fastrack.traceio import make_table, validate_table
-from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
+from tracegen.importers.common import SQLITE_MAGIC, RawImport, read_head_plain
 
 SNIFF_BYTES = 1 << 16
 SYNTHETIC_LANE_BASE = 1 << 32  # thread/stream id of an exported node on a lane that is no thread or stream
@@ -63,13 +62,7 @@ _COLL_LABEL = {
 
 
 def _head(path: str) -> bytes:
-    head = read_head(path, SNIFF_BYTES)
-    if head.startswith(GZIP_MAGIC):
-        try:
-            return zlib.decompressobj(wbits=31).decompress(head)
-        except zlib.error:
-            return b""
-    return head
+    return read_head_plain(path, SNIFF_BYTES)
 
 
 def sniff(path: str | os.PathLike) -> bool:

@@ -36,6 +36,20 @@ class RawImport:
     table: Any = None
 
 
+def read_head_plain(path: str | os.PathLike, n: int) -> bytes:
+    """The first bytes of a file as the reader will see them: a gzip file's first ``n`` bytes
+    decompressed (as far as they go), anything else its first ``n`` bytes; b"" for damaged gzip."""
+    head = read_head(path, n)
+    if head.startswith(GZIP_MAGIC):
+        import zlib
+
+        try:
+            return zlib.decompressobj(wbits=31).decompress(head)
+        except zlib.error:
+            return b""
+    return head
+
+
 def read_head(path: str | os.PathLike, n: int = HEAD_BYTES) -> bytes:
     """The first ``n`` bytes of a regular file (fewer if it is shorter). Raises
     :class:`TraceFormatError` when the path is missing, is not a regular file or cannot be read."""

@@ -38,7 +38,7 @@ import pandas as pd
 from fastrack.errors import TraceFormatError
 from fastrack.schema import OpKind
 from tracegen.importers import kineto
-from tracegen.importers.common import GZIP_MAGIC, RawImport, read_head
+from tracegen.importers.common import GZIP_MAGIC, RawImport, read_head_plain
 
 SNIFF_BYTES = 4096
 SUPPORTED = ((1, 0), (1, 1))  # (major, minor) of the ET schema versions read
@@ -57,13 +57,7 @@ _COLL = {
 
 
 def _head(path: str) -> bytes:
-    head = read_head(path, SNIFF_BYTES)
-    if head.startswith(GZIP_MAGIC):
-        try:
-            return zlib.decompressobj(wbits=31).decompress(head)
-        except zlib.error:
-            return b""
-    return head
+    return read_head_plain(path, SNIFF_BYTES)
 
 
 def _is_et(path: str) -> bool:
