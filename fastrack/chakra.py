@@ -115,10 +115,15 @@ class Node:
 
     def attr(self, name: str, default: Any = None) -> Any:
         """The value of the last attribute called ``name`` (``default`` when absent)."""
-        for a in reversed(self.attrs):
-            if a.name == name:
-                return a.value
-        return default
+        return last_attr(self.attrs, name, default)
+
+
+def last_attr(attrs: list, name: str, default: Any = None) -> Any:
+    """The value of the last attribute called ``name`` in ``attrs`` (``default`` when absent)."""
+    for a in reversed(attrs):
+        if a.name == name:
+            return a.value
+    return default
 
 
 @dataclass
@@ -127,10 +132,8 @@ class GlobalMetadata:
     attrs: list[Attr] = field(default_factory=list)
 
     def attr(self, name: str, default: Any = None) -> Any:
-        for a in reversed(self.attrs):
-            if a.name == name:
-                return a.value
-        return default
+        """The value of the last attribute called ``name`` (``default`` when absent)."""
+        return last_attr(self.attrs, name, default)
 
 
 class _Bad(Exception):

@@ -62,14 +62,11 @@ def installed(group: str) -> dict[str, str]:
     return {n: ep.value for n, ep in sorted(_entries(group).items())}
 
 
-shown_name = shown  # fastrack.errors.shown
-
-
 def _load(group: str, what: str, name: str) -> Any:
     eps = _entries(group)
     if name not in eps:
         known = ", ".join(sorted(eps)) or "(none installed)"
-        raise PluginError(f"unknown {what} {shown_name(name)}; installed {what}s: {known}")
+        raise PluginError(f"unknown {what} {shown(name)}; installed {what}s: {known}")
     try:
         return eps[name].load()
     except Exception as exc:  # a broken third-party plug-in: say which one
@@ -103,7 +100,7 @@ def load_protocol(name: str, _seen: tuple[str, ...] = ()):
     if opts:
         obj = load_protocol(base, _seen)
         if not hasattr(obj, "with_options"):
-            raise PluginError(f"protocol {shown_name(base)} takes no options (asked for {shown_name(name)})")
+            raise PluginError(f"protocol {shown(base)} takes no options (asked for {shown(name)})")
         return obj.with_options(tuple(opts))
     obj = _load(PROTOCOLS_GROUP, "protocol", name)
     if isinstance(obj, ProtocolAlias):

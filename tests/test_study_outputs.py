@@ -148,10 +148,8 @@ def test_a_dask_scheduler_without_workers_fails_with_one_line(tmp_path, trace, f
 
     with distributed.LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None) as cluster:
         address = cluster.scheduler_address.replace("tcp://", "dask://")
-        t = time.monotonic()
         r = CliRunner().invoke(main, ["sweep", trace, "--model", "fake", "--protocols", "fake-slow",
                                       "-o", str(tmp_path / "o.parquet"), "--executor", address, "--dask-timeout", "2"])
-        assert time.monotonic() - t < 30
     assert r.exit_code == 2 and "has no worker" in r.output and len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "o.parquet").exists() and not (tmp_path / "o.parquet.lock").exists()
 

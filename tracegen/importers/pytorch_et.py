@@ -23,11 +23,9 @@ versions: 1.0.x and 1.1.x (``1.0.1``, ``1.0.2-chakra.0.0.4`` ... ``1.1.1-chakra.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
-import zlib
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +33,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from fastrack.chakra import read_bytes
 from fastrack.errors import TraceFormatError
 from fastrack.schema import OpKind
 from tracegen.importers import kineto
-from tracegen.importers.common import GZIP_MAGIC, RawImport, read_head_plain
+from tracegen.importers.common import RawImport, read_head_plain
 
 SNIFF_BYTES = 4096
 SUPPORTED = ((1, 0), (1, 1))  # (major, minor) of the ET schema versions read
@@ -100,19 +99,11 @@ class EtFile:
 
 
 def _load_json(path: str) -> Any:
+    data = read_bytes(path)  # gzip or plain, with one-line errors (fastrack.chakra)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-        if data[:2] == GZIP_MAGIC:
-            data = gzip.decompress(data)
         return json.loads(data)
-    except EOFError:
-        raise TraceFormatError("truncated gzip stream (file ends before the end of the compressed data)",
-                               path=path) from None
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        raise TraceFormatError(f"corrupt gzip data ({exc})", path=path) from None
-    except OSError as exc:
-        raise TraceFormatError(f"cannot read file ({exc.strerror or exc})", path=path) from None
+    except RecursionError:
+        raise TraceFormatError("JSON nested too deep", path=path) from None
     except ValueError as exc:
         if isinstance(exc, json.JSONDecodeError) and (exc.pos >= len(exc.doc.rstrip()) - 1
                                                       or exc.msg.startswith("Unterminated string")):
