@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fastrack.atomic import write_text_atomic  # noqa: E402
+from fastrack.docsection import replace_section  # noqa: E402
+from fastrack.errors import FastrackError  # noqa: E402
 from tracegen.emulation.costmodel import H100_SXM, GpuSpec, kernel_family  # noqa: E402
 
 DOC = ROOT / "docs" / "capture.md"
@@ -248,12 +249,11 @@ def main() -> int:
     if args.print:
         print(block)
         return 0
-    text = DOC.read_text()
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        print(f"capture_accuracy: {DOC}: expected one '{BEGIN}' followed by one '{END}'", file=sys.stderr)
+    try:
+        replace_section(DOC, BEGIN, END, block)
+    except FastrackError as exc:
+        print(f"capture_accuracy: {exc}", file=sys.stderr)
         return 2
-    a, b = text.index(BEGIN), text.index(END) + len(END)
-    write_text_atomic(DOC, text[:a] + block + text[b:])
     print(block)
     return 0
 

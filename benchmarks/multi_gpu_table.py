@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fastrack.atomic import write_text_atomic  # noqa: E402
+from fastrack.docsection import replace_section  # noqa: E402
 from fastrack.errors import FastrackError  # noqa: E402
 from fastrack_h100 import H100Model  # noqa: E402
 from replay.dataparallel import data_parallel  # noqa: E402
@@ -109,11 +109,10 @@ def main() -> None:
     if args.print:
         print(block)
         return
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        sys.exit(f"{DOC}: markers {BEGIN} / {END} not found")
-    a, b = text.index(BEGIN), text.index(END) + len(END)
-    write_text_atomic(DOC, text[:a] + block + text[b:])
+    try:
+        replace_section(DOC, BEGIN, END, block)
+    except FastrackError as exc:
+        sys.exit(f"multi_gpu_table: {exc}")
 
 
 if __name__ == "__main__":

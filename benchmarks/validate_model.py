@@ -24,6 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fastrack.docsection import between, check_section, replace_section
 from fastrack.errors import FastrackError
 from fastrack.traceio import Trace, read_trace
 from replay.build import build_graph
@@ -204,24 +205,8 @@ def section(preset: str) -> str:
     return "\n".join(out.lines).rstrip() + "\n"
 
 
-def split_markers(path: Path) -> tuple[str, str]:
-    """(text up to and including the begin marker, text from the end marker on) of ``path``."""
-    try:
-        doc = path.read_text()
-    except OSError as exc:
-        raise FastrackError(f"{path}: cannot read ({exc.strerror}); nothing written") from None
-    if doc.count(BEGIN) != 1 or doc.count(END) != 1 or doc.index(BEGIN) > doc.index(END):
-        raise FastrackError(f"{path}: needs exactly one '{BEGIN}' followed by one '{END}'; nothing written")
-    head, rest = doc.split(BEGIN)
-    _, tail = rest.split(END)
-    return head + BEGIN + "\n", END + tail
-
-
 def write_section(path: Path, text: str) -> None:
-    from fastrack.atomic import write_text_atomic
-
-    head, tail = split_markers(path)
-    write_text_atomic(path, head + text + tail)
+    replace_section(path, BEGIN, END, between(BEGIN, text, END))
 
 
 def main(argv: list[str]) -> int:
@@ -231,9 +216,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     try:
         if args.write is not None:
-            if not args.write.is_file():
-                raise FastrackError(f"{args.write}: no such file; nothing written")
-            split_markers(args.write)  # refuse before the replays
+            check_section(args.write, BEGIN, END)  # refuse before the replays
         text = section(args.preset)
         if args.write is None:
             sys.stdout.write(text)

@@ -31,6 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fastrack.docsection import between, check_section, replace_section
 from fastrack.errors import FastrackError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -297,18 +298,6 @@ def section(work: Path, quick: bool, jobs: int = 1) -> str:
     return "\n".join(out.lines).rstrip() + "\n"
 
 
-def split_markers(path: Path) -> tuple[str, str]:
-    try:
-        doc = path.read_text()
-    except OSError as exc:
-        raise FastrackError(f"{path}: cannot read ({exc.strerror}); nothing written") from None
-    if doc.count(BEGIN) != 1 or doc.count(END) != 1 or doc.index(BEGIN) > doc.index(END):
-        raise FastrackError(f"{path}: needs exactly one '{BEGIN}' followed by one '{END}'; nothing written")
-    head, rest = doc.split(BEGIN)
-    _, tail = rest.split(END)
-    return head + BEGIN + "\n", END + tail
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", type=Path, default=None, help="replace the section between the markers of this file")
@@ -319,9 +308,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     try:
         if args.write is not None:
-            if not args.write.is_file():
-                raise FastrackError(f"{args.write}: no such file; nothing written")
-            split_markers(args.write)  # refuse before the captures
+            check_section(args.write, BEGIN, END)  # refuse before the captures
         with tempfile.TemporaryDirectory(prefix="validate_serving_") as tmp:
             work = args.work or Path(tmp)
             work.mkdir(parents=True, exist_ok=True)
@@ -329,10 +316,7 @@ def main(argv: list[str]) -> int:
         if args.write is None:
             sys.stdout.write(text)
         else:
-            from fastrack.atomic import write_text_atomic
-
-            head, tail = split_markers(args.write)
-            write_text_atomic(args.write, head + text + tail)
+            replace_section(args.write, BEGIN, END, between(BEGIN, text, END))
     except FastrackError as exc:
         print(f"validate_serving: {exc}", file=sys.stderr)
         return 2

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -45,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from regen_traces import documented_commands  # noqa: E402  (the one place the example commands live)
+from fastrack.docsection import between, replace_section  # noqa: E402
+from fastrack.errors import FastrackError  # noqa: E402
 
 BEGIN, END = "<!-- whatif:begin -->", "<!-- whatif:end -->"
 TARGET = 0.03  # the accuracy the what-if predictions aim for (relative makespan error)
@@ -184,20 +185,10 @@ def markdown(rows: list[dict]) -> str:
 
 
 def write_section(path: Path, body: str) -> None:
-    text = path.read_text()
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise SystemExit(f"whatif: {path}: expected one '{BEGIN}' followed by one '{END}'")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    new = f"{head}{BEGIN}\n{body}{END}{tail}"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(new)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        replace_section(path, BEGIN, END, between(BEGIN, body, END))
+    except FastrackError as exc:
+        raise SystemExit(f"whatif: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

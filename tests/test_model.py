@@ -248,8 +248,8 @@ def test_docs_model_section_8_is_current():
     """docs/model.md section 8 is what benchmarks/validate_model.py computes today."""
     from pathlib import Path
 
+    from fastrack.docsection import between, read_section
+
     mod = _validate_module()
     doc = Path(__file__).resolve().parent.parent / "docs" / "model.md"
-    head, tail = mod.split_markers(doc)
-    text = doc.read_text()
-    assert text[len(head):len(text) - len(tail)] == mod.section("h100-sxm")
+    assert read_section(doc, mod.BEGIN, mod.END) == between(mod.BEGIN, mod.section("h100-sxm"), mod.END)
