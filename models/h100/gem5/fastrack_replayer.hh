@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "base/statistics.hh"
-#include "../cpp/fastrack/engine.hh"
-#include "../cpp/fastrack/graph.hh"
+#include "../../../replay/cpp/fastrack/engine.hh"
+#include "../../../replay/cpp/fastrack/graph.hh"
 #include "../cpp/fastrack/pricing.hh"
-#include "../cpp/fastrack/results.hh"
+#include "../../../replay/cpp/fastrack/results.hh"
 #include "fastrack_resources.hh"
 #include "params/FastrackReplayer.hh"
 #include "sim/eventq.hh"

@@ -1,5 +1,6 @@
-// Fastrack gem5-free core: what a replay reports, as replay/results.py computes it.
+// Fastrack core: what a replay reports, as replay/results.py computes it.
 //
+// * the critical path (walkPath): replay/results.py's walk, over views, for the Python extension;
 // * makespan: finish.max() - start.min() over all nodes (ReplayResult.makespan_ns); the
 //   simulated time of a gem5 run, whose tick 0 is the earliest start (``origin_ns``);
 // * per rank: finish.max() - start.min() over the rank's nodes;
@@ -15,6 +16,7 @@
 
 #include "engine.hh"
 #include "graph.hh"
+#include "view.hh"
 
 namespace fastrack {
 
@@ -31,6 +33,64 @@ struct Summary {
     std::map<std::int32_t, std::int64_t> per_rank;
     std::vector<LaneUsage> lanes;
 };
+
+// Walk the critical path backwards from node ``i`` at time ``t`` down to ``t_stop``, adding each
+// stretch of time to one code of ``totals`` (replay/results.py, path_totals): a node's own time
+// to node_code[node], the lag of the edge that bound a start to edge_code[edge kind], a
+// pool-server wait to wait_code, a start bound by its release, by its lane or before the first
+// node to release_code. Every nanosecond of (t_stop, t] goes to exactly one code. group_code and
+// lane_code are the engine's kBoundGroup and kBoundLane. ``totals`` must be zero on entry.
+// Returns false (totals then partial) when an index or code on the way is out of range.
+template <typename C>
+bool walkPath(Span<const std::int64_t> start, Span<const std::int64_t> finish, Span<const std::int64_t> pred,
+              Span<const std::int8_t> bound, Span<const std::int64_t> slot_wait, std::int64_t i, std::int64_t t,
+              std::int64_t t_stop, Span<const C> node_code, Span<const std::int64_t> edge_code,
+              std::int64_t launch_code, std::int64_t release_code, std::int64_t group_code, std::int64_t lane_code,
+              std::int64_t wait_code, Span<std::int64_t> totals) {
+    const std::int64_t n = static_cast<std::int64_t>(start.size);
+    const std::int64_t ncode = static_cast<std::int64_t>(totals.size);
+    auto codeOk = [&](std::int64_t c) { return c >= 0 && c < ncode; };
+    if (!codeOk(release_code) || !codeOk(wait_code)) return false;
+    std::int64_t steps = 0;
+    while (i >= 0 && steps <= n && t > t_stop) {
+        if (i >= n || !codeOk(static_cast<std::int64_t>(node_code[i]))) return false;
+        ++steps;
+        const std::int64_t s = start[i];
+        const std::int64_t own = std::min(finish[i], t) - std::max(s, t_stop);
+        if (own > 0) totals[node_code[i]] += own;
+        if (s < t) t = s;
+        const std::int64_t w = slot_wait[i];  // the start waited this long for a pool server
+        if (w > 0) {
+            const std::int64_t seg = t - std::max(t - w, t_stop);
+            if (seg > 0) totals[wait_code] += seg;
+            t -= w;
+        }
+        const std::int64_t p = pred[i];
+        const std::int64_t b = bound[i];
+        if (p < 0) break;
+        if (p >= n) return false;
+        std::int64_t anchor;
+        if (b == launch_code)
+            anchor = start[p];
+        else if (b == group_code)
+            anchor = s;
+        else
+            anchor = finish[p];
+        if (anchor < t) {
+            std::int64_t code = release_code;
+            if (!(b == lane_code || b < 0)) {
+                if (b >= static_cast<std::int64_t>(edge_code.size) || !codeOk(edge_code[b])) return false;
+                code = edge_code[b];
+            }
+            const std::int64_t seg = t - std::max(anchor, t_stop);
+            if (seg > 0) totals[code] += seg;
+            t = anchor;
+        }
+        i = p;
+    }
+    if (t > t_stop) totals[release_code] += t - t_stop;
+    return true;
+}
 
 inline Summary summarize(const Graph &g, const Schedule &s) {
     Summary out;
