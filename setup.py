@@ -10,7 +10,11 @@ from setuptools import Extension, setup
 CXX_FLAGS = ["-std=c++17", "-O2"]
 
 # (module name, sources, include directories)
-ACCELERATORS: list[tuple[str, list[str], list[str]]] = []
+ACCELERATORS: list[tuple[str, list[str], list[str]]] = [
+    # the scheduler and the critical-path walk (replay/engine.py, replay/results.py); the headers
+    # under replay/cpp/fastrack are the same core the gem5 driver compiles (MANIFEST.in ships them)
+    ("replay._engine", ["replay/cpp/engine_module.cpp"], ["replay/cpp"]),
+]
 
 setup(ext_modules=[Extension(name, sources, include_dirs=includes, extra_compile_args=CXX_FLAGS, language="c++",
                              optional=True) for name, sources, includes in ACCELERATORS])

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from fastrack.schema import DepKind, OpKind
-from replay.engine import BOUND_GROUP, BOUND_LANE, BOUND_RELEASE, Schedule, njit
+from replay import engine
+from replay.engine import BOUND_GROUP, BOUND_LANE, BOUND_RELEASE, Schedule
 from replay.graph import Category, LaneType, OpGraph
 
 # Category of the time spent on an edge's lag (between the prerequisite and the node).
@@ -188,57 +189,6 @@ def step_spans(graph: OpGraph, sched: Schedule, entered: np.ndarray | None = Non
              "captured_span_ns": int(cap_span.get(int(k), 0))} for k, a, b in zip(uk.tolist(), s0, s1)]
 
 
-@njit(cache=True)
-def _walk_path(start, finish, pred, bound, slot_wait, i, t, t_stop, node_code, edge_code, ncode, launch_code,
-               release_code, group_code, lane_code, wait_code):
-    """Walk the critical path backwards from node ``i`` at time ``t`` down to ``t_stop``, adding
-    each stretch of time to one code: a node's own time to ``node_code[node]``, the lag of the
-    edge that bound a start to ``edge_code[edge kind]``, a pool-server wait to ``wait_code``, a
-    start bound by its release, by its lane or before the first node to ``release_code``.
-    Every nanosecond of (t_stop, t] goes to exactly one code. ``group_code`` and ``lane_code``
-    are the engine's BOUND_GROUP and BOUND_LANE."""
-    totals = np.zeros(ncode, np.int64)
-    n = start.shape[0]
-    steps = 0
-    while i >= 0 and steps <= n and t > t_stop:
-        steps += 1
-        s = start[i]
-        own = min(finish[i], t) - max(s, t_stop)
-        if own > 0:
-            totals[node_code[i]] += own
-        if s < t:
-            t = s
-        w = slot_wait[i]  # the start waited this long for a pool server (bounce slot)
-        if w > 0:
-            seg = t - max(t - w, t_stop)
-            if seg > 0:
-                totals[wait_code] += seg
-            t -= w
-        p = pred[i]
-        b = bound[i]
-        if p < 0:
-            break
-        if b == launch_code:
-            anchor = start[p]
-        elif b == group_code:
-            anchor = s
-        else:
-            anchor = finish[p]
-        if anchor < t:
-            if b == lane_code or b < 0:
-                code = release_code
-            else:
-                code = edge_code[b]
-            seg = t - max(anchor, t_stop)
-            if seg > 0:
-                totals[code] += seg
-            t = anchor
-        i = p
-    if t > t_stop:
-        totals[release_code] += t - t_stop
-    return totals
-
-
 _EDGE_CAT = np.array([int(EDGE_CATEGORY[DepKind(k)]) for k in range(len(DepKind))], np.int64)
 
 
@@ -250,11 +200,26 @@ def path_totals(graph: OpGraph, sched: Schedule, node: int, t_end: int, t_stop: 
     may pass their own per-node and per-edge-kind codes (``replay.serving`` splits by mechanism).
     """
     if node_code is None:
-        node_code, edge_code, ncode = graph.category.astype(np.int64), _EDGE_CAT, len(Category)
+        node_code, edge_code, ncode = graph.category, _EDGE_CAT, len(Category)
         other_code, wait_code = int(Category.HOST), int(Category.BOUNCE_WAIT)
-    return _walk_path(sched.start, sched.finish, sched.crit_pred, sched.bound_by.astype(np.int64), sched.slot_wait,
-                      int(node), int(t_end), int(t_stop), node_code, edge_code, int(ncode), int(DepKind.LAUNCH),
-                      int(other_code), BOUND_GROUP, BOUND_LANE, int(wait_code))
+    # the walk (engine.hh's walkPath, or the numba kernel): a node's own time to its code, the lag
+    # of the edge that bound a start to the edge kind's code, a pool-server wait to wait_code, a
+    # start bound by its release, its lane or before the first node to other_code
+    args = (int(node), int(t_end), int(t_stop))
+    codes = (int(DepKind.LAUNCH), int(other_code), BOUND_GROUP, BOUND_LANE, int(wait_code))
+    core = engine.native()
+    if core is None:
+        from replay.engine_numba import walk_path
+
+        return walk_path(sched.start, sched.finish, sched.crit_pred, sched.bound_by, sched.slot_wait, *args,
+                         node_code, edge_code, int(ncode), *codes)
+    c = np.ascontiguousarray
+    node_code = c(node_code, np.int8 if np.asarray(node_code).dtype == np.int8 else np.int64)
+    totals = np.zeros(int(ncode), np.int64)
+    core.walk_path(c(sched.start, np.int64), c(sched.finish, np.int64), c(sched.crit_pred, np.int64),
+                   c(sched.bound_by, np.int8), c(sched.slot_wait, np.int64), *args, node_code,
+                   c(edge_code, np.int64), *codes, totals)
+    return totals
 
 
 def critical_path(graph: OpGraph, sched: Schedule) -> dict[str, int]:

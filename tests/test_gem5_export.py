@@ -1,5 +1,6 @@
 """The gem5 export (``replay export-gem5``: replay/export.py, the H100 plug-in's
-fastrack_h100/gem5export.py) and the gem5-free C++ core (models/h100/cpp) against the Python replay.
+fastrack_h100/gem5export.py) and the gem5-free C++ core (its driver models/h100/cpp; the generic
+headers replay/cpp/fastrack) against the Python replay.
 
 The C++ driver must give the same integer-ns results as replay.engine / replay.results: the
 makespan, per-rank makespans, per-lane busy time, and, node by node, start, finish, the binding
@@ -45,6 +46,7 @@ from tracefactory import write
 
 ROOT = Path(__file__).resolve().parent.parent
 CPP = ROOT / "models" / "h100" / "cpp"
+CORE = ROOT / "replay" / "cpp"  # the generic core's headers (fastrack/graph.hh, engine.hh, results.hh)
 DATA = Path(__file__).resolve().parent / "data"
 # real traces (tests/data, see SOURCES.md), converted by the tests: fixed inputs, whatever sits in traces/
 REAL_TRACES = ("h100_bert_small_uncased.json.gz", "h100_qwen1.5_0.5b_chat.json.gz", "v100_dlrm_8rank")
@@ -75,7 +77,7 @@ def core(tmp_path_factory) -> dict[str, Path]:
         assert proc.returncode == 0, f"the C++ core does not build warning-free:\n{proc.stdout}\n{proc.stderr}"
     else:
         for name in ("fastrack_replay", "fastrack_price"):
-            proc = subprocess.run([cxx, *WARN, "-O2", f"-I{CPP}", "-o", str(out / name), str(CPP / f"{name}.cpp")],
+            proc = subprocess.run([cxx, *WARN, "-O2", f"-I{CPP}", f"-I{CORE}", "-o", str(out / name), str(CPP / f"{name}.cpp")],
                                   capture_output=True, text=True)
             assert proc.returncode == 0, f"{name} does not build warning-free:\n{proc.stderr}"
     return {"replay": out / "fastrack_replay", "price": out / "fastrack_price"}

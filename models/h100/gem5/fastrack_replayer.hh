@@ -3,7 +3,7 @@
  *
  * Reads a graph exported by `replay export-gem5` (graph.bin, format version 1), validates it,
  * optionally re-prices the derived nodes with the resource SimObjects' parameters, schedules
- * it with the gem5-free core (models/h100/cpp/fastrack/engine.hh: the Python engine's rules,
+ * it with the gem5-free core (replay/cpp/fastrack/engine.hh: the Python engine's rules,
  * bit-exact), and then plays the schedule out in gem5 time: every node start and completion
  * is an event (two EventFunctionWrappers walking the sorted start and finish times), resources
  * see their nodes start and complete at the right tick, and the last completion exits the
@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "base/statistics.hh"
-#include "../cpp/fastrack/engine.hh"
-#include "../cpp/fastrack/graph.hh"
+#include "../../../replay/cpp/fastrack/engine.hh"
+#include "../../../replay/cpp/fastrack/graph.hh"
 #include "../cpp/fastrack/pricing.hh"
-#include "../cpp/fastrack/results.hh"
+#include "../../../replay/cpp/fastrack/results.hh"
 #include "fastrack_resources.hh"
 #include "params/FastrackReplayer.hh"
 #include "sim/eventq.hh"

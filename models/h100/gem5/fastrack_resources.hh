@@ -20,7 +20,7 @@
 
 #include "base/statistics.hh"
 #include "enums/FastrackLaneType.hh"
-#include "../cpp/fastrack/graph.hh"
+#include "../../../replay/cpp/fastrack/graph.hh"
 #include "../cpp/fastrack/hw.hh"
 #include "../cpp/fastrack/pricing.hh"
 #include "mem/packet.hh"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "graph.hh"
+#include "../../../../replay/cpp/fastrack/graph.hh"
 #include "hw.hh"
 
 namespace fastrack {

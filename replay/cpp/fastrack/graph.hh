@@ -1,4 +1,4 @@
-// Fastrack gem5-free core: the dependency graph and its on-disk export format (version 2).
+// Fastrack core: the dependency graph and its on-disk export format (version 2).
 //
 // The graph is the *transformed* graph of a replay (replay.graph.OpGraph after the protocol
 // transform): per lane its servers, type, rank, discipline (in order or shared) and the size a
@@ -19,6 +19,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "view.hh"
 
 namespace fastrack {
 
@@ -93,6 +95,26 @@ struct Graph {
 
     // Structural checks; throws FormatError naming the first offending entry.
     void validate(const std::string &where = "graph") const;
+
+    // What the scheduler reads (engine.hh), pointing into this graph's arrays.
+    GraphView view() const {
+        GraphView v;
+        v.lane_servers = viewOf(lane_servers);
+        v.lane_shared = viewOf(lane_shared);
+        v.lane_max_servers = viewOf(lane_max_servers);
+        v.lane = viewOf(lane);
+        v.dur = viewOf(dur);
+        v.order = viewOf(order);
+        v.release = viewOf(release);
+        v.group = viewOf(group);
+        v.hold_lane = viewOf(hold_lane);
+        v.hold_until = viewOf(hold_until);
+        v.dep_ptr = viewOf(dep_ptr);
+        v.dep_src = viewOf(dep_src);
+        v.dep_kind = viewOf(dep_kind);
+        v.dep_lag = viewOf(dep_lag);
+        return v;
+    }
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,307 @@
+// replay._engine: the Fastrack core (fastrack/engine.hh, results.hh) as a CPython extension.
+//
+// replay/engine.py and replay/results.py call it when it imports (docs/performance.md,
+// "Compiled core"). Plain C API and the buffer protocol: the graph's numpy arrays are read in
+// place through a GraphView (nothing is copied), the results go into numpy arrays Python
+// allocated, and the GIL is released while the loops run. Problems with the graph come back as
+// status codes, which replay/engine.py turns into the same GraphError messages as the numba
+// engine; wrong arguments (a dtype, a length, an index out of range) raise TypeError/ValueError.
+//
+//   schedule(g, out) -> (status, where, placed)
+//       g: the 14 arrays of a GraphView, in its order (lane_servers i32, lane_shared bool/i8,
+//          lane_max_servers i32, lane i32, dur i64, order i64, release i64, group i64,
+//          hold_lane i32, hold_until i64, dep_ptr i64, dep_src i64, dep_kind u8, dep_lag i64);
+//       out: start, finish, crit_pred (i64), bound_by (i8), order, slot_wait (i64), n each, and
+//          lane_servers (i64, L).
+//   topological_order(g, issue) -> (status, where, placed)      issue: i64, n
+//   is_acyclic(g, extra_src, extra_dst) -> bool                   i64 node indices
+//   walk_path(start, finish, crit_pred, bound_by, slot_wait, node, t, t_stop, node_code (i8 or
+//             i64), edge_code, launch, release, group, lane, wait, totals) -> None
+// Status codes: fastrack::Status (module constants OK, GROUP_EDGE, CYCLE, POOL_RETURN, STUCK).
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "fastrack/engine.hh"
+#include "fastrack/results.hh"
+#include "fastrack/view.hh"
+
+namespace {
+
+using fastrack::Span;
+
+// Buffers obtained for one call, released on every path out.
+class Buffers {
+  public:
+    Buffers() { held_.reserve(24); }
+    Buffers(const Buffers &) = delete;
+    Buffers &operator=(const Buffers &) = delete;
+    ~Buffers() {
+        for (Py_buffer &b : held_) PyBuffer_Release(&b);
+    }
+
+    // A C-contiguous one-dimensional buffer of ``kind`` ('i' signed, 'u' unsigned, 'b' bool or
+    // int8) and ``itemsize``; sets a Python error and returns false otherwise.
+    template <typename T>
+    bool get(PyObject *obj, char kind, bool writable, const char *name, Span<T> &out) {
+        Py_buffer view;
+        const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(obj, &view, flags) != 0) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a contiguous%s array", name, writable ? " writable" : "");
+            return false;
+        }
+        held_.push_back(view);
+        if (view.ndim > 1 || view.itemsize != static_cast<Py_ssize_t>(sizeof(T)) || !formatIs(view.format, kind)) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a one-dimensional array of %s%d", name,
+                         kind == 'u' ? "uint" : (kind == 'b' ? "bool or int" : "int"),
+                         static_cast<int>(8 * sizeof(T)));
+            return false;
+        }
+        out.data = static_cast<T *>(view.buf);
+        out.size = static_cast<std::size_t>(view.len / view.itemsize);
+        return true;
+    }
+
+  private:
+    static bool formatIs(const char *fmt, char kind) {
+        if (fmt == nullptr) return kind == 'u';  // plain bytes
+        if (*fmt == '@' || *fmt == '=' || *fmt == '<') ++fmt;
+        if (fmt[0] == '\0' || fmt[1] != '\0') return false;
+        const char c = fmt[0];
+        switch (kind) {
+        case 'i':
+            return c == 'b' || c == 'h' || c == 'i' || c == 'l' || c == 'q';
+        case 'u':
+            return c == 'B' || c == 'H' || c == 'I' || c == 'L' || c == 'Q';
+        case 'b':
+            return c == '?' || c == 'b';
+        default:
+            return false;
+        }
+    }
+    std::vector<Py_buffer> held_;
+};
+
+template <typename T>
+bool getAt(Buffers &bufs, PyObject *tuple, Py_ssize_t k, char kind, bool writable, const char *name, Span<T> &out) {
+    return bufs.get(PyTuple_GET_ITEM(tuple, k), kind, writable, name, out);
+}
+
+// The GraphView of the tuple ``g`` (see the module comment); checked with fastrack::checkView.
+bool graphView(Buffers &bufs, PyObject *g, fastrack::GraphView &v) {
+    if (!PyTuple_Check(g) || PyTuple_GET_SIZE(g) != 14) {
+        PyErr_SetString(PyExc_TypeError, "the graph: expected a tuple of 14 arrays");
+        return false;
+    }
+    Span<const std::int8_t> shared;
+    const bool ok =
+        getAt(bufs, g, 0, 'i', false, "lane_servers", v.lane_servers) &&
+        getAt(bufs, g, 1, 'b', false, "lane_shared", shared) &&
+        getAt(bufs, g, 2, 'i', false, "lane_max_servers", v.lane_max_servers) &&
+        getAt(bufs, g, 3, 'i', false, "lane", v.lane) && getAt(bufs, g, 4, 'i', false, "dur", v.dur) &&
+        getAt(bufs, g, 5, 'i', false, "order", v.order) && getAt(bufs, g, 6, 'i', false, "release", v.release) &&
+        getAt(bufs, g, 7, 'i', false, "group", v.group) && getAt(bufs, g, 8, 'i', false, "hold_lane", v.hold_lane) &&
+        getAt(bufs, g, 9, 'i', false, "hold_until", v.hold_until) &&
+        getAt(bufs, g, 10, 'i', false, "dep_ptr", v.dep_ptr) && getAt(bufs, g, 11, 'i', false, "dep_src", v.dep_src) &&
+        getAt(bufs, g, 12, 'u', false, "dep_kind", v.dep_kind) && getAt(bufs, g, 13, 'i', false, "dep_lag", v.dep_lag);
+    if (!ok) return false;
+    v.lane_shared = shared;
+    if (v.dep_ptr.size == 0) {
+        PyErr_SetString(PyExc_ValueError, "the graph: dep_ptr must have n + 1 entries");
+        return false;
+    }
+    if (const char *why = fastrack::checkView(v)) {
+        PyErr_Format(PyExc_ValueError, "the graph: %s", why);
+        return false;
+    }
+    return true;
+}
+
+// Runs ``body`` without the GIL; turns C++ exceptions into Python ones. Returns false on error.
+template <typename F>
+bool withoutGil(F &&body) {
+    int failed = 0;  // 1: out of memory, 2: another exception
+    std::string what;
+    Py_BEGIN_ALLOW_THREADS
+    try {
+        body();
+    } catch (const std::bad_alloc &) {
+        failed = 1;
+    } catch (const std::exception &e) {
+        failed = 2;
+        what = e.what();
+    }
+    Py_END_ALLOW_THREADS
+    if (failed == 1) {
+        PyErr_NoMemory();
+        return false;
+    }
+    if (failed == 2) {
+        PyErr_SetString(PyExc_RuntimeError, what.c_str());
+        return false;
+    }
+    return true;
+}
+
+PyObject *outcome(const fastrack::Outcome &o) {
+    return Py_BuildValue("(iLn)", static_cast<int>(o.status), static_cast<long long>(o.where),
+                         static_cast<Py_ssize_t>(o.placed));
+}
+
+bool lengthIs(std::size_t got, std::size_t want, const char *name) {
+    if (got == want) return true;
+    PyErr_Format(PyExc_ValueError, "%s: %zu entries, expected %zu", name, got, want);
+    return false;
+}
+
+PyObject *py_schedule(PyObject *, PyObject *args) {
+    PyObject *g, *o;
+    if (!PyArg_ParseTuple(args, "O!O!:schedule", &PyTuple_Type, &g, &PyTuple_Type, &o)) return nullptr;
+    Buffers bufs;
+    fastrack::GraphView v;
+    if (!graphView(bufs, g, v)) return nullptr;
+    if (PyTuple_GET_SIZE(o) != 7) {
+        PyErr_SetString(PyExc_TypeError, "the outputs: expected a tuple of 7 arrays");
+        return nullptr;
+    }
+    fastrack::ScheduleOut s;
+    if (!(getAt(bufs, o, 0, 'i', true, "start", s.start) && getAt(bufs, o, 1, 'i', true, "finish", s.finish) &&
+          getAt(bufs, o, 2, 'i', true, "crit_pred", s.crit_pred) &&
+          getAt(bufs, o, 3, 'i', true, "bound_by", s.bound_by) && getAt(bufs, o, 4, 'i', true, "order", s.order) &&
+          getAt(bufs, o, 5, 'i', true, "slot_wait", s.slot_wait) &&
+          getAt(bufs, o, 6, 'i', true, "lane_servers", s.lane_servers)))
+        return nullptr;
+    const std::size_t n = v.n();
+    if (!(lengthIs(s.start.size, n, "start") && lengthIs(s.finish.size, n, "finish") &&
+          lengthIs(s.crit_pred.size, n, "crit_pred") && lengthIs(s.bound_by.size, n, "bound_by") &&
+          lengthIs(s.order.size, n, "order") && lengthIs(s.slot_wait.size, n, "slot_wait") &&
+          lengthIs(s.lane_servers.size, v.numLanes(), "lane_servers")))
+        return nullptr;
+    fastrack::Outcome res;
+    if (!withoutGil([&] { res = fastrack::scheduleView(v, s); })) return nullptr;
+    return outcome(res);
+}
+
+PyObject *py_topological_order(PyObject *, PyObject *args) {
+    PyObject *g, *issueObj;
+    if (!PyArg_ParseTuple(args, "O!O:topological_order", &PyTuple_Type, &g, &issueObj)) return nullptr;
+    Buffers bufs;
+    fastrack::GraphView v;
+    Span<std::int64_t> issue;
+    if (!graphView(bufs, g, v) || !bufs.get(issueObj, 'i', true, "issue", issue) ||
+        !lengthIs(issue.size, v.n(), "issue"))
+        return nullptr;
+    fastrack::Outcome res;
+    if (!withoutGil([&] { res = fastrack::topologicalOrderView(v, issue); })) return nullptr;
+    return outcome(res);
+}
+
+PyObject *py_is_acyclic(PyObject *, PyObject *args) {
+    PyObject *g, *xs, *xd;
+    if (!PyArg_ParseTuple(args, "O!OO:is_acyclic", &PyTuple_Type, &g, &xs, &xd)) return nullptr;
+    Buffers bufs;
+    fastrack::GraphView v;
+    Span<const std::int64_t> src, dst;
+    if (!graphView(bufs, g, v) || !bufs.get(xs, 'i', false, "extra_src", src) ||
+        !bufs.get(xd, 'i', false, "extra_dst", dst) || !lengthIs(dst.size, src.size, "extra_dst"))
+        return nullptr;
+    const std::int64_t n = static_cast<std::int64_t>(v.n());
+    for (std::size_t k = 0; k < src.size; ++k)
+        if (src[k] < 0 || src[k] >= n || dst[k] < 0 || dst[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "extra edges: a node index is out of range");
+            return nullptr;
+        }
+    bool ok = false;
+    if (!withoutGil([&] { ok = fastrack::acyclicView(v, src, dst); })) return nullptr;
+    return PyBool_FromLong(ok);
+}
+
+PyObject *py_walk_path(PyObject *, PyObject *args) {
+    PyObject *startO, *finishO, *predO, *boundO, *waitO, *ncodeO, *ecodeO, *totalsO;
+    long long node, t, tStop, launch, release, group, lane, wait;
+    if (!PyArg_ParseTuple(args, "OOOOOLLLOOLLLLLO:walk_path", &startO, &finishO, &predO, &boundO, &waitO, &node, &t,
+                          &tStop, &ncodeO, &ecodeO, &launch, &release, &group, &lane, &wait, &totalsO))
+        return nullptr;
+    Buffers bufs;
+    Span<const std::int64_t> start, finish, pred, slotWait, ecode;
+    Span<const std::int8_t> bound;
+    Span<std::int64_t> totals;
+    if (!(bufs.get(startO, 'i', false, "start", start) && bufs.get(finishO, 'i', false, "finish", finish) &&
+          bufs.get(predO, 'i', false, "crit_pred", pred) && bufs.get(boundO, 'i', false, "bound_by", bound) &&
+          bufs.get(waitO, 'i', false, "slot_wait", slotWait) && bufs.get(ecodeO, 'i', false, "edge_code", ecode) &&
+          bufs.get(totalsO, 'i', true, "totals", totals)))
+        return nullptr;
+    const std::size_t n = start.size;
+    if (!(lengthIs(finish.size, n, "finish") && lengthIs(pred.size, n, "crit_pred") &&
+          lengthIs(bound.size, n, "bound_by") && lengthIs(slotWait.size, n, "slot_wait")))
+        return nullptr;
+    // node codes: int8 (the graph's categories) or int64 (callers' own codes)
+    Py_buffer probe;
+    if (PyObject_GetBuffer(ncodeO, &probe, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyErr_SetString(PyExc_TypeError, "node_code: expected a contiguous array");
+        return nullptr;
+    }
+    const Py_ssize_t itemsize = probe.itemsize;
+    PyBuffer_Release(&probe);
+    bool ok = false;
+    if (itemsize == 1) {
+        Span<const std::int8_t> ncode;
+        if (!bufs.get(ncodeO, 'i', false, "node_code", ncode) || !lengthIs(ncode.size, n, "node_code")) return nullptr;
+        if (!withoutGil([&] {
+                ok = fastrack::walkPath(start, finish, pred, bound, slotWait, node, t, tStop, ncode, ecode, launch,
+                                        release, group, lane, wait, totals);
+            }))
+            return nullptr;
+    } else {
+        Span<const std::int64_t> ncode;
+        if (!bufs.get(ncodeO, 'i', false, "node_code", ncode) || !lengthIs(ncode.size, n, "node_code")) return nullptr;
+        if (!withoutGil([&] {
+                ok = fastrack::walkPath(start, finish, pred, bound, slotWait, node, t, tStop, ncode, ecode, launch,
+                                        release, group, lane, wait, totals);
+            }))
+            return nullptr;
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "walk_path: a node, predecessor or code on the path is out of range");
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+PyMethodDef kMethods[] = {
+    {"schedule", py_schedule, METH_VARARGS, "schedule(graph_arrays, outputs) -> (status, where, placed)"},
+    {"topological_order", py_topological_order, METH_VARARGS,
+     "topological_order(graph_arrays, issue) -> (status, where, placed)"},
+    {"is_acyclic", py_is_acyclic, METH_VARARGS, "is_acyclic(graph_arrays, extra_src, extra_dst) -> bool"},
+    {"walk_path", py_walk_path, METH_VARARGS, "walk_path(start, finish, crit_pred, bound_by, slot_wait, node, t, "
+                                              "t_stop, node_code, edge_code, launch, release, group, lane, wait, "
+                                              "totals) -> None"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {
+    PyModuleDef_HEAD_INIT, "replay._engine",
+    "The Fastrack scheduler and critical-path walk in C++ (replay/cpp; docs/performance.md, 'Compiled core').",
+    -1, kMethods, nullptr, nullptr, nullptr, nullptr,
+};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__engine(void) {
+    PyObject *m = PyModule_Create(&kModule);
+    if (m == nullptr) return nullptr;
+    if (PyModule_AddIntConstant(m, "OK", static_cast<int>(fastrack::Status::Ok)) < 0 ||
+        PyModule_AddIntConstant(m, "GROUP_EDGE", static_cast<int>(fastrack::Status::GroupEdge)) < 0 ||
+        PyModule_AddIntConstant(m, "CYCLE", static_cast<int>(fastrack::Status::Cycle)) < 0 ||
+        PyModule_AddIntConstant(m, "POOL_RETURN", static_cast<int>(fastrack::Status::PoolReturn)) < 0 ||
+        PyModule_AddIntConstant(m, "STUCK", static_cast<int>(fastrack::Status::Stuck)) < 0) {
+        Py_DECREF(m);
+        return nullptr;
+    }
+    return m;
+}

@@ -1,0 +1,390 @@
+"""The compiled core (``replay._engine``, replay/cpp) against the numba engine (replay/engine_numba.py).
+
+The C++ scheduler is used when it imports; the numba kernels are kept only because they give
+identical results (docs/performance.md, "Compiled core"). These tests run the same inputs through
+both, in one process (``replay.engine.use_engine``), and compare every field of the Schedule
+(values and dtypes), the issue order, the acyclicity check, the critical path (with the graph's
+categories and with callers' own codes) and the GraphError messages: hand-made graphs with every
+rule and every error, the random graphs of test_gem5_export, hand-made traces through whole
+replays, and a hypothesis property over random graphs with barrier groups, pools, negative
+STREAM lags, shared and in-order lanes, multi-server lanes, release times and tied order keys
+(cycles and pool errors included).
+
+``test_the_extension_is_built`` fails when a C++ compiler and the Python headers exist but the
+extension does not import: CI, which installs with ``pip install -e .``, proves the build.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fastrack.errors import ConfigError, GraphError
+from fastrack.schema import DepKind
+from graphs import graph
+from replay import engine
+from replay.graph import LaneType
+from replay.results import critical_path, path_totals
+
+ROOT = Path(__file__).resolve().parent.parent
+FIELDS = ("start", "finish", "crit_pred", "bound_by", "order", "slot_wait", "lane_servers")
+F = DepKind.SYNC
+POOL = LaneType.BOUNCE_POOL
+SHARED = LaneType.COPY_ENGINE
+
+
+def _can_build() -> str | None:
+    """Why setup.py could not build the extension here, or None when it could."""
+    if not any(shutil.which(c) for c in (os.environ.get("CXX") or "g++", "g++", "c++", "clang++")):
+        return "no C++ compiler (g++, c++, clang++ or $CXX)"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        return "no Python development headers (Python.h)"
+    return None
+
+
+try:
+    from replay import _engine as NATIVE
+except ImportError:  # the test below says whether that is acceptable
+    NATIVE = None
+
+needs_native = pytest.mark.skipif(NATIVE is None, reason="replay._engine is not built (see test_the_extension_is_built)")
+
+
+def test_the_extension_is_built():
+    why = _can_build()
+    if NATIVE is None and why is not None:
+        pytest.skip(f"setup.py cannot build replay._engine on this machine: {why}")
+    assert NATIVE is not None, ("replay._engine does not import although it can be built here: run "
+                                "`pip install -e .` or `python setup.py build_ext --inplace`")
+    if os.environ.get(engine.ENGINE_VAR, "auto") in ("", "auto", "native") and not os.environ.get("FASTRACK_NO_JIT"):
+        assert engine.engine_name() == "native"
+
+
+@pytest.fixture
+def engines():
+    """Run ``fn()`` under each engine: {'native': result or GraphError message, 'numba': ...}."""
+    if NATIVE is None:
+        pytest.skip("replay._engine is not built (see test_the_extension_is_built)")
+    before = engine.engine_name()
+
+    def run(fn):
+        out = {}
+        for name in ("native", "numba"):
+            engine.use_engine(name)
+            try:
+                out[name] = fn()
+            except GraphError as e:
+                out[name] = ("GraphError", str(e))
+        return out
+
+    yield run
+    engine.use_engine(before)
+
+
+def _replay(g):
+    """Everything the engine and the critical path give for ``g``."""
+    s = engine.schedule(g)
+    return {"schedule": s, "issue": engine.topological_order(g), "acyclic": engine.is_acyclic(g),
+            "critical_path": critical_path(g, s)}
+
+
+def assert_identical(got: dict):
+    a, b = got["native"], got["numba"]
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        assert a == b
+        return
+    for k in FIELDS:
+        x, y = getattr(a["schedule"], k), getattr(b["schedule"], k)
+        assert x.dtype == y.dtype, k
+        assert np.array_equal(x, y), k
+    assert np.array_equal(a["issue"], b["issue"]) and a["issue"].dtype == b["issue"].dtype
+    assert a["acyclic"] == b["acyclic"] is True
+    assert a["critical_path"] == b["critical_path"]
+
+
+# ---------------------------------------------------------------------------------------------
+# hand-made graphs: every rule and every error
+
+
+HAND = {
+    "lanes": graph([10, 20, 1], deps=[(1, 2, F, 5)], lanes=[0, 0, 1]),
+    "launch": graph([100, 50], deps=[(0, 1, DepKind.LAUNCH, 7)], lanes=[0, 1]),
+    "negative stream lag": graph([10, 10], deps=[(0, 1, DepKind.STREAM, -3)], lanes=[0, 0]),
+    "shared lane": graph([10, 10, 10, 5], deps=[(0, 2, F, 30)], lanes=[0, 1, 1, 1], types=[0, SHARED],
+                         servers=[1, 2], release=[0, 5, 0, 1]),
+    "groups": graph([10, 5, 40, 5], deps=[(0, 1, F, 0), (2, 3, F, 0)], lanes=[0, 1, 2, 3], group=[-1, 7, -1, 7]),
+    "pool waits": graph([5, 5, 5, 5], deps=[(0, 1, F, 0), (2, 3, F, 0)], types=[POOL], servers=[1],
+                        max_servers=[1], holds=[(0, 1, 0), (2, 3, 0)], release=[0, 0, 1, 0]),
+    "pool grows": graph([5, 5, 5], deps=[(0, 1, F, 0), (1, 2, F, 0)], types=[POOL], servers=[1],
+                        holds=[(0, 2, 0), (1, 2, 0)]),
+    "ties": graph([1, 1, 1, 1], lanes=[0, 0, 1, 1], order=[5, 5, 5, 0], servers=[1, 1]),
+    "empty": graph([]),
+}
+ERRORS = {
+    "cycle": graph([1, 1, 1], deps=[(0, 1, F, 0), (1, 2, F, 0), (2, 1, F, 0)]),
+    "edge inside a group": graph([1, 1], deps=[(0, 1, F, 0)], group=[3, 3]),
+    "cycle through a group": graph([1, 1, 1], deps=[(0, 1, F, 0), (1, 2, F, 0)], group=[7, -1, 7]),
+    "pool return before the take": graph([5, 5], release=[100, 0], types=[POOL], holds=[(0, 1, 0)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAND))
+def test_hand_made_graphs(engines, name):
+    got = engines(lambda: _replay(HAND[name]))
+    assert_identical(got)
+    s = got["native"]["schedule"]
+    if name == "pool waits":  # the rule is exercised: node 2 waits 9 ns for node 1's slot
+        assert s.slot_wait.tolist() == [0, 0, 9, 0]
+    if name == "pool grows":
+        assert s.lane_servers.tolist() == [2]
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_errors_have_the_same_messages(engines, name):
+    g = ERRORS[name]
+    got = engines(lambda: engine.schedule(g))
+    assert isinstance(got["native"], tuple) and got["native"] == got["numba"], got
+    if name != "pool return before the take":
+        assert engines(lambda: engine.topological_order(g)) == got
+        assert engines(lambda: engine.is_acyclic(g)) == {"native": False, "numba": False}
+
+
+def test_is_acyclic_with_extra_edges(engines):
+    chain = graph([1, 1, 1, 1], deps=[(0, 1, F, 0), (1, 2, F, 0)], group=[-1, -1, 5, 5])
+    for src, dst, want in (([2], [0], False), ([3], [0], False), ([0], [3], True), ([], [], True)):
+        got = engines(lambda s=src, d=dst: engine.is_acyclic(chain, np.array(s, np.int64), np.array(d, np.int64)))
+        assert got == {"native": want, "numba": want}
+
+
+# ---------------------------------------------------------------------------------------------
+# random graphs and whole replays
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_graphs_of_the_gem5_tests(engines, seed):
+    from test_gem5_export import random_graph
+
+    g = random_graph(seed, n=int(np.random.default_rng(seed).integers(1, 400)))
+    assert_identical(engines(lambda: _replay(g)))
+
+
+def test_own_path_codes(engines):
+    """path_totals with int64 codes of the caller's own (what replay.serving passes)."""
+    from test_gem5_export import random_graph
+
+    g = random_graph(5, 300)
+
+    def walk():
+        s = engine.schedule(g)
+        codes = (np.arange(g.n) % 5).astype(np.int64)
+        last = int(np.argmax(s.finish))
+        return path_totals(g, s, last, int(s.finish[last]), int(s.start.min()), codes,
+                           np.arange(5, 5 + len(DepKind), dtype=np.int64), 5 + len(DepKind), 3, 4).tolist()
+
+    got = engines(walk)
+    assert got["native"] == got["numba"] and sum(got["native"]) > 0
+
+
+@pytest.mark.parametrize("protocol", ["captured", "baseline", "fastrack"])
+@pytest.mark.parametrize("trace", ["launch_trace", "two_rank_collective"])
+def test_whole_replays(engines, tmp_path, protocol, trace):
+    import test_build
+    from replay.run import replay_trace
+    from tracefactory import write
+
+    path = write(tmp_path / "t.parquet", getattr(test_build, trace)())
+
+    def run():
+        rep = replay_trace(path, protocol=protocol)
+        return {"schedule": rep.schedule, "issue": engine.topological_order(rep.graph), "acyclic": True,
+                "critical_path": rep.result.to_dict()}
+
+    assert_identical(engines(run))
+
+
+# ---------------------------------------------------------------------------------------------
+# the property: random graphs with every rule, errors included
+
+
+@st.composite
+def any_graphs(draw):
+    """Lanes 0..3 (each in order or shared, 1-3 servers), lane 4 a pool (1-2 servers, often
+    fixed, else growing up to 4) that some ungrouped nodes hold until a successor or, now and then,
+    any node (so a return may precede its take);
+    edges of every kind between any nodes (mostly forward: cycles occur), negative STREAM lags,
+    barrier groups, release times and coarse order keys (ties)."""
+    n = draw(st.integers(1, 30))
+    durs = draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    lanes = draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n))
+    edges = []
+    for dst in range(n):
+        for src in draw(st.lists(st.integers(0, n - 1), max_size=3, unique=True)):
+            if src == dst or (src > dst and draw(st.integers(0, 9)) > 0):  # one backward edge in ten
+                continue
+            kind = draw(st.sampled_from(list(DepKind)))
+            lag = draw(st.integers(-40, 5)) if kind == DepKind.STREAM else draw(st.integers(0, 20))
+            edges.append((src, dst, kind, lag))
+    group = draw(st.lists(st.sampled_from([-1] * 6 + [0, 1, 2]), min_size=n, max_size=n))
+    succ = {i: [i] for i in range(n)}
+    for src, dst, _, _ in edges:
+        succ[src].append(dst)
+    holds = []
+    for i in draw(st.lists(st.integers(0, n - 1), max_size=n, unique=True)):
+        if group[i] < 0:  # mostly until a successor (or itself); one in eight until any node
+            anyone = draw(st.integers(0, 7)) == 0
+            holds.append((i, draw(st.integers(0, n - 1)) if anyone else draw(st.sampled_from(succ[i])), 4))
+    servers = draw(st.lists(st.integers(1, 3), min_size=4, max_size=4)) + [draw(st.integers(1, 2))]
+    types = [draw(st.sampled_from([LaneType.HOST_THREAD, LaneType.STREAM, LaneType.PCIE_H2D, SHARED]))
+             for _ in range(4)] + [POOL]
+    if max(lanes) < 3:
+        lanes[-1] = 3
+    return graph(durs, edges, lanes=lanes, servers=servers, types=types, holds=holds, group=group,
+                 max_servers=servers[:4] + [draw(st.sampled_from([servers[4], servers[4], 4]))],
+                 release=draw(st.lists(st.integers(-10, 60), min_size=n, max_size=n)),
+                 order=[10 * k for k in draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))])
+
+
+@pytest.mark.skipif(NATIVE is None, reason="replay._engine is not built (see test_the_extension_is_built)")
+@settings(max_examples=150, deadline=None)
+@given(any_graphs())
+def test_both_engines_agree_on_random_graphs(g):
+    before = engine.engine_name()
+    got = {}
+    try:
+        for name in ("native", "numba"):
+            engine.use_engine(name)
+            try:
+                r = _replay(g)
+                got[name] = (r["schedule"], r["issue"], r["critical_path"],
+                             {k: getattr(r["schedule"], k).dtype for k in FIELDS})
+            except GraphError as e:
+                got[name] = ("GraphError", str(e), engine.is_acyclic(g))
+    finally:
+        engine.use_engine(before)
+    a, b = got["native"], got["numba"]
+    if a[0] == "GraphError" or b[0] == "GraphError":
+        assert a == b
+        return
+    for k in FIELDS:
+        assert np.array_equal(getattr(a[0], k), getattr(b[0], k)), k
+    assert np.array_equal(a[1], b[1]) and a[2] == b[2] and a[3] == b[3]
+
+
+# ---------------------------------------------------------------------------------------------
+# the extension's own guards, the engine switch, imports
+
+
+@needs_native
+def test_wrong_arrays_are_refused_not_read():
+    g = HAND["lanes"]
+    arrays = list(engine._arrays(g))
+    out = (np.empty(g.n, np.int64), np.empty(g.n, np.int64), np.empty(g.n, np.int64), np.empty(g.n, np.int8),
+           np.empty(g.n, np.int64), np.empty(g.n, np.int64), np.empty(len(g.lanes), np.int64))
+    bad_src = list(arrays)
+    bad_src[11] = np.array([7], np.int64)  # an edge from node 7 of 3
+    with pytest.raises(ValueError, match="edge comes from a node that does not exist"):
+        NATIVE.schedule(tuple(bad_src), out)
+    wrong_dtype = list(arrays)
+    wrong_dtype[4] = g.dur.astype(np.int32)
+    with pytest.raises(TypeError, match="dur"):
+        NATIVE.schedule(tuple(wrong_dtype), out)
+    with pytest.raises(ValueError, match="start"):
+        NATIVE.schedule(tuple(arrays), (np.empty(1, np.int64),) + out[1:])
+    with pytest.raises(ValueError, match="out of range"):
+        NATIVE.is_acyclic(tuple(arrays), np.array([0], np.int64), np.array([3], np.int64))
+    s = NATIVE.schedule(tuple(arrays), out)
+    assert s == (NATIVE.OK, -1, 3)
+
+
+def test_engine_switch(monkeypatch):
+    before = engine.engine_name()
+    try:
+        assert engine.use_engine("numba") == before and engine.engine_name() == "numba"
+        monkeypatch.setenv(engine.ENGINE_VAR, "fortran")
+        with pytest.raises(ConfigError, match="FASTRACK_ENGINE"):
+            engine._choose()
+        monkeypatch.setenv(engine.ENGINE_VAR, "auto")
+        monkeypatch.setenv("FASTRACK_NO_JIT", "1")
+        assert engine._choose() is None  # plain Python kernels
+    finally:
+        engine.use_engine(before)
+
+
+@needs_native
+def test_a_replay_does_not_import_numba(tmp_path):
+    from test_build import launch_trace
+    from tracefactory import write
+
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    code = ("import sys\nfrom replay.cli import main\n"
+            f"sys.argv = ['replay', '--protocol', 'baseline', {str(trace)!r}, '--json']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "assert 'numba' not in sys.modules, 'numba was imported'\n"
+            "from replay import engine\nassert engine.engine_name() == 'native'\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("FASTRACK_ENGINE", "FASTRACK_NO_JIT")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-c", code.replace("not in sys.modules", "in sys.modules").replace(
+        "== 'native'", "== 'numba'")], capture_output=True, text=True, env={**env, "FASTRACK_ENGINE": "numba"},
+        cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # the switch does reach the numba kernels
+
+
+@pytest.mark.skipif(_can_build() is not None, reason=f"no C++ toolchain: {_can_build()}")
+def test_the_extension_source_is_warning_free():
+    """The extension and the core it includes compile under the driver's warnings (Makefile)."""
+    cxx = next(c for c in (os.environ.get("CXX") or "g++", "g++", "c++", "clang++") if shutil.which(c))
+    warn = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wshadow", "-Wconversion",
+            "-Wno-sign-conversion"]
+    proc = subprocess.run([cxx, *warn, "-fsyntax-only", "-isystem", sysconfig.get_paths()["include"],
+                           f"-I{ROOT / 'replay' / 'cpp'}", str(ROOT / "replay" / "cpp" / "engine_module.cpp")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_core_has_one_home():
+    """The generic headers live under replay/cpp/fastrack only; the H100 pricing under models."""
+    core = {p.name for p in (ROOT / "replay" / "cpp" / "fastrack").glob("*.hh")}
+    assert {"graph.hh", "engine.hh", "results.hh", "view.hh"} <= core
+    h100 = {p.name for p in (ROOT / "models" / "h100" / "cpp" / "fastrack").glob("*.hh")}
+    assert h100 == {"hw.hh", "pricing.hh"}
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    (value,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.AnnAssign) and n.target.id == "ACCELERATORS"]
+    modules = ast.literal_eval(value)
+    assert ("replay._engine", ["replay/cpp/engine_module.cpp"], ["replay/cpp"]) in modules
+    for _, sources, includes in modules:  # everything a build needs ships in the sdist
+        manifest = (ROOT / "MANIFEST.in").read_text()
+        assert all(str(Path(p).parent) in manifest for p in sources) and all(d in manifest for d in includes)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_can_build() is not None, reason=f"no C++ toolchain: {_can_build()}")
+def test_an_sdist_ships_the_core_and_builds_it(tmp_path):
+    """``setup.py sdist`` carries the headers and the module source (MANIFEST.in), and the
+    extension builds from the unpacked sdist alone."""
+    dist = tmp_path / "dist"
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path), "sdist",
+                           "-d", str(dist)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (archive,) = dist.glob("*.tar.gz")
+    with tarfile.open(archive) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+        for need in ("replay/cpp/engine_module.cpp", "replay/cpp/fastrack/engine.hh", "replay/cpp/fastrack/graph.hh",
+                     "replay/cpp/fastrack/results.hh", "replay/cpp/fastrack/view.hh", "setup.py"):
+            assert need in names, need
+        tar.extractall(tmp_path / "src", filter="data")
+    (src,) = (tmp_path / "src").iterdir()
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], capture_output=True,
+                          text=True, cwd=src)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list((src / "replay").glob("_engine*.so")) or list((src / "replay").glob("_engine*.pyd"))
