@@ -1,0 +1,124 @@
+// tracegen.importers._jsonscan: the guard scan of tracegen/importers/jsondepth.py, compiled.
+//
+// One pass over the raw bytes of a JSON document (or one chunk of it, the state carried from the
+// previous chunk) that finds the first byte where the nesting depth passes `limit` or a number
+// passes `num_limit` characters, and notes numbers the streaming parser (yajl) refuses but
+// Python's json accepts (integers of 19 digits or more, exponents of 3 digits or more).
+// The byte-for-byte twin is jsondepth._scan (numba, or plain Python): same state, same result.
+//
+// scan(buffer, depth, flags, num_len, exp_digits, limit, num_limit)
+//     -> (depth, flags, num_len, exp_digits, index of the first byte past a limit or -1,
+//         which: 0 none, 1 depth, 2 number)
+// flags: bit 0 inside a string, bit 1 after a backslash, bit 2 the current number has '.', 'e'
+// or 'E', bit 3 inside its exponent, bit 4 a wide number was seen (sticky).
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+
+namespace {
+
+constexpr long long IN_STR = 1, ESCAPED = 2, IS_FLOAT = 4, IN_EXP = 8, WIDE = 16;
+constexpr long long WIDE_INT_CHARS = 19;  // "-" counted: conservative (a miss only costs the fast path)
+constexpr long long WIDE_EXP_DIGITS = 3;
+
+struct State {
+    long long depth, flags, num_len, exp_digits, at, which;
+};
+
+inline bool is_num_char(unsigned char c) {
+    return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
+void scan(const unsigned char *buf, Py_ssize_t n, State &s, long long limit, long long num_limit) {
+    long long depth = s.depth, flags = s.flags, num_len = s.num_len, exp_digits = s.exp_digits;
+    s.at = -1;
+    s.which = 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        unsigned char c = buf[i];
+        if (flags & IN_STR) {
+            if (flags & ESCAPED) {
+                flags &= ~ESCAPED;
+                continue;
+            }
+            // the bulk of a trace is string bytes: skip to the next quote or backslash
+            while (c != '"' && c != '\\') {
+                if (++i == n) goto done;
+                c = buf[i];
+            }
+            if (c == '\\') flags |= ESCAPED;
+            else flags &= ~IN_STR;
+            continue;
+        }
+        if (is_num_char(c)) {
+            ++num_len;
+            if (num_len > num_limit) {
+                s.at = i;
+                s.which = 2;
+                break;
+            }
+            if (c == '.') {
+                flags |= IS_FLOAT;
+            } else if (c == 'e' || c == 'E') {
+                flags |= IS_FLOAT | IN_EXP;
+                exp_digits = 0;
+            } else if (c >= '0' && c <= '9') {
+                if (flags & IN_EXP) {
+                    if (++exp_digits >= WIDE_EXP_DIGITS) flags |= WIDE;
+                } else if (!(flags & IS_FLOAT) && num_len >= WIDE_INT_CHARS) {
+                    flags |= WIDE;
+                }
+            }
+            continue;
+        }
+        num_len = 0;
+        exp_digits = 0;
+        flags &= ~(IS_FLOAT | IN_EXP);
+        if (c == '"') {
+            flags |= IN_STR;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit) {
+                s.at = i;
+                s.which = 1;
+                break;
+            }
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+done:
+    s.depth = depth;
+    s.flags = flags;
+    s.num_len = num_len;
+    s.exp_digits = exp_digits;
+}
+
+PyObject *py_scan(PyObject *, PyObject *args) {
+    Py_buffer view;
+    State s{};
+    long long limit, num_limit;
+    if (!PyArg_ParseTuple(args, "y*LLLLLL", &view, &s.depth, &s.flags, &s.num_len, &s.exp_digits, &limit,
+                          &num_limit))
+        return nullptr;
+    Py_BEGIN_ALLOW_THREADS
+    scan(static_cast<const unsigned char *>(view.buf), view.len, s, limit, num_limit);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LLLLLL)", s.depth, s.flags, s.num_len, s.exp_digits, s.at, s.which);
+}
+
+PyMethodDef methods[] = {
+    {"scan", py_scan, METH_VARARGS,
+     "scan(buffer, depth, flags, num_len, exp_digits, limit, num_limit) -> "
+     "(depth, flags, num_len, exp_digits, at, which)"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jsonscan",
+                      "Guard scan of raw JSON bytes (nesting depth, number length); see jsondepth.py.", -1,
+                      methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__jsonscan(void) { return PyModule_Create(&module); }
