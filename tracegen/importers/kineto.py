@@ -37,6 +37,7 @@ rank comes from ``distributedInfo.rank``, else the file name (``rank-3``, ``rank
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import os
@@ -152,26 +153,45 @@ class _Counted:
     """File wrapper that knows where the parser is: bytes and lines before the chunk read last,
     and the last two chunks, so a JSON error can be reported by position (never by content)."""
 
-    __slots__ = ("f", "path", "before", "lines", "prev", "last", "nonfinite", "guard")
+    __slots__ = ("f", "path", "before", "lines", "prev", "last", "nonfinite", "guard", "utf8")
 
     def __init__(self, f, path: str):
         self.f, self.path, self.before, self.lines, self.prev, self.last = f, path, 0, 0, b"", b""
         self.nonfinite = False
         self.guard = DepthGuard(MAX_JSON_DEPTH)
+        self.utf8 = codecs.getincrementaldecoder("utf-8")()
+
+    def _utf8_error(self, data: bytes) -> int:
+        """Offset of the first byte that is not UTF-8 in ``data`` (the chunk just fed to the
+        guard; b"" at the end of the file), or -1. JSON text is UTF-8, and yajl lets some bad
+        bytes through (e.g. encoded surrogates) that then fail deep inside the parser."""
+        pending = len(self.utf8.getstate()[0])
+        try:
+            self.utf8.decode(data, final=not data)
+        except UnicodeDecodeError as exc:
+            return self.guard.offset - len(data) - pending + exc.start
+        return -1
 
     def read(self, n: int = -1) -> bytes:
         data = self.f.read(n)
-        if data:
-            at, what = self.guard.feed(data)
-            if at >= 0 and what == "depth":
-                raise TraceFormatError(f"a JSON value at byte {at:,} is nested deeper than {MAX_JSON_DEPTH} levels",
-                                       path=self.path)
-            if at >= 0:
-                raise TraceFormatError(f"a JSON number at byte {at:,} is longer than {MAX_NUMBER_CHARS} characters",
-                                       path=self.path)
-            self.before += len(self.prev)
-            self.lines += self.prev.count(b"\n")
-            self.prev, self.last = self.last, data
+        if not data:
+            bad = self._utf8_error(b"") if n != 0 else -1
+            if bad >= 0:
+                raise TraceFormatError(f"invalid UTF-8 at byte {bad:,}: JSON text must be UTF-8", path=self.path)
+            return data
+        at, what = self.guard.feed(data)
+        bad = self._utf8_error(data)
+        if bad >= 0 and (at < 0 or bad < at):
+            raise TraceFormatError(f"invalid UTF-8 at byte {bad:,}: JSON text must be UTF-8", path=self.path)
+        if at >= 0 and what == "depth":
+            raise TraceFormatError(f"a JSON value at byte {at:,} is nested deeper than {MAX_JSON_DEPTH} levels",
+                                   path=self.path)
+        if at >= 0:
+            raise TraceFormatError(f"a JSON number at byte {at:,} is longer than {MAX_NUMBER_CHARS} characters",
+                                   path=self.path)
+        self.before += len(self.prev)
+        self.lines += self.prev.count(b"\n")
+        self.prev, self.last = self.last, data
         return data
 
     def position(self, context: str, at: int) -> tuple[int, int, int] | None:
