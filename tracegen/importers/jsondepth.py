@@ -8,8 +8,8 @@ bytes are scanned first: :class:`DepthGuard` keeps the scanner's state (depth, i
 after a backslash, length of the current number, ...) from one chunk to the next and reports the
 first byte where the nesting depth or a number's length passes its limit.
 
-The scan also notes *wide* numbers: integers of 19 characters or more and exponents of 3 digits
-or more, the only numbers the two parsers may read differently (yajl refuses an integer beyond
+The scan also notes *wide* numbers: integers of 20 digits or more (or 19 starting with 9) and
+exponents of 3 digits or more, the only numbers the two parsers may read differently (yajl refuses an integer beyond
 int64 and a float that overflows to infinity; ``json`` accepts both). The whole-file reader
 leaves a document with a wide number to the streaming one (``tracegen.importers.kineto``).
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 MAX_NUMBER_CHARS = 64  # digits, sign, point and exponent of one number (a float64 needs at most 24)
 
 # flags of the scanner state (src/jsonscan.cpp states the same)
-IN_STR, ESCAPED, IS_FLOAT, IN_EXP, WIDE = 1, 2, 4, 8, 16
-WIDE_INT_CHARS = 19  # an integer this long may not fit int64 (the sign counts: conservative)
+IN_STR, ESCAPED, IS_FLOAT, IN_EXP, WIDE, NEG, FIRST9 = 1, 2, 4, 8, 16, 32, 64
+WIDE_INT_DIGITS = 19  # int64 max 9223372036854775807: more digits, or 19 starting with 9, may not fit
 WIDE_EXP_DIGITS = 3  # an exponent this long may overflow a float64
 
 try:
@@ -55,17 +55,24 @@ def _scan_py(buf, depth, flags, num_len, exp_digits, limit, num_limit):
             elif c == 101 or c == 69:
                 flags |= IS_FLOAT | IN_EXP
                 exp_digits = 0
+            elif c == 45:
+                if num_len == 1:
+                    flags |= NEG
             elif 48 <= c <= 57:
                 if flags & IN_EXP:
                     exp_digits += 1
                     if exp_digits >= WIDE_EXP_DIGITS:
                         flags |= WIDE
-                elif not (flags & IS_FLOAT) and num_len >= WIDE_INT_CHARS:
-                    flags |= WIDE
+                elif not (flags & IS_FLOAT):
+                    digits = num_len - (1 if flags & NEG else 0)
+                    if digits == 1 and c == 57:
+                        flags |= FIRST9
+                    if digits > WIDE_INT_DIGITS or (digits == WIDE_INT_DIGITS and flags & FIRST9):
+                        flags |= WIDE
             continue
         num_len = 0
         exp_digits = 0
-        flags &= ~(IS_FLOAT | IN_EXP)
+        flags &= ~(IS_FLOAT | IN_EXP | NEG | FIRST9)
         if c == 34:
             flags |= IN_STR
         elif c == 91 or c == 123:  # [ {

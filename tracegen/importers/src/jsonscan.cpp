@@ -2,15 +2,17 @@
 //
 // One pass over the raw bytes of a JSON document (or one chunk of it, the state carried from the
 // previous chunk) that finds the first byte where the nesting depth passes `limit` or a number
-// passes `num_limit` characters, and notes numbers the streaming parser (yajl) refuses but
-// Python's json accepts (integers of 19 digits or more, exponents of 3 digits or more).
+// passes `num_limit` characters, and notes numbers the streaming parser (yajl) may refuse but
+// Python's json accepts (integers of 20 digits or more, or of 19 starting with 9: beyond int64
+// perhaps; exponents of 3 digits or more: beyond float64 perhaps).
 // The byte-for-byte twin is jsondepth._scan (numba, or plain Python): same state, same result.
 //
 // scan(buffer, depth, flags, num_len, exp_digits, limit, num_limit)
 //     -> (depth, flags, num_len, exp_digits, index of the first byte past a limit or -1,
 //         which: 0 none, 1 depth, 2 number)
 // flags: bit 0 inside a string, bit 1 after a backslash, bit 2 the current number has '.', 'e'
-// or 'E', bit 3 inside its exponent, bit 4 a wide number was seen (sticky).
+// or 'E', bit 3 inside its exponent, bit 4 a wide number was seen (sticky), bit 5 the current
+// number starts with '-', bit 6 its first digit is 9.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,8 +21,8 @@
 
 namespace {
 
-constexpr long long IN_STR = 1, ESCAPED = 2, IS_FLOAT = 4, IN_EXP = 8, WIDE = 16;
-constexpr long long WIDE_INT_CHARS = 19;  // "-" counted: conservative (a miss only costs the fast path)
+constexpr long long IN_STR = 1, ESCAPED = 2, IS_FLOAT = 4, IN_EXP = 8, WIDE = 16, NEG = 32, FIRST9 = 64;
+constexpr long long WIDE_INT_DIGITS = 19;  // int64 max 9223372036854775807 has 19 digits
 constexpr long long WIDE_EXP_DIGITS = 3;
 
 struct State {
@@ -63,18 +65,22 @@ void scan(const unsigned char *buf, Py_ssize_t n, State &s, long long limit, lon
             } else if (c == 'e' || c == 'E') {
                 flags |= IS_FLOAT | IN_EXP;
                 exp_digits = 0;
+            } else if (c == '-') {
+                if (num_len == 1) flags |= NEG;
             } else if (c >= '0' && c <= '9') {
                 if (flags & IN_EXP) {
                     if (++exp_digits >= WIDE_EXP_DIGITS) flags |= WIDE;
-                } else if (!(flags & IS_FLOAT) && num_len >= WIDE_INT_CHARS) {
-                    flags |= WIDE;
+                } else if (!(flags & IS_FLOAT)) {
+                    long long digits = num_len - ((flags & NEG) ? 1 : 0);
+                    if (digits == 1 && c == '9') flags |= FIRST9;
+                    if (digits > WIDE_INT_DIGITS || (digits == WIDE_INT_DIGITS && (flags & FIRST9))) flags |= WIDE;
                 }
             }
             continue;
         }
         num_len = 0;
         exp_digits = 0;
-        flags &= ~(IS_FLOAT | IN_EXP);
+        flags &= ~(IS_FLOAT | IN_EXP | NEG | FIRST9);
         if (c == '"') {
             flags |= IN_STR;
         } else if (c == '[' || c == '{') {
