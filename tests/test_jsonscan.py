@@ -19,7 +19,7 @@ IMPLS = [
 ]
 
 # bytes that matter to the scanner, and some that do not
-ALPHABET = b'[]{}"\\0123456789-+.eE ,:tfnul\n\xff\xc3\xa9x'
+ALPHABET = b'[]{}"\\0123456789-+.eE ,:tfnuldD8aF\n\xff\xc3\xa9x'
 json_like = st.lists(st.sampled_from(list(ALPHABET)), max_size=300).map(bytes)
 any_bytes = st.binary(max_size=300)
 
@@ -109,6 +109,18 @@ def test_number_limit_is_exact_and_strings_do_not_count(compiled):
 def test_wide_numbers_are_noted(compiled, doc, wide):
     g = DepthGuard(LIMIT, compiled)
     assert g.feed(doc) == (-1, "") and g.wide == wide
+
+
+@pytest.mark.parametrize("compiled", IMPLS)
+@pytest.mark.parametrize("doc,surrogate", [
+    (rb'["\ud800", 1]', True), (rb'["a\uDFFF"]', True), (rb'["\ud83d\ude00"]', True),
+    (rb'["\u00e9 \ud7ff \ue000"]', False), (rb'["\\ud800"]', False),  # an escaped backslash, then text
+    (rb'[1, "x"] \ud800', False),  # outside a string: not an escape
+])
+def test_surrogate_escapes_are_noted(compiled, doc, surrogate):
+    g = DepthGuard(LIMIT, compiled)
+    g.feed(doc)
+    assert g.surrogate == surrogate
 
 
 @pytest.mark.parametrize("compiled", IMPLS)

@@ -10,8 +10,9 @@ first byte where the nesting depth or a number's length passes its limit.
 
 The scan also notes *wide* numbers: integers of 20 digits or more (or 19 starting with 9) and
 exponents of 3 digits or more, the only numbers the two parsers may read differently (yajl refuses an integer beyond
-int64 and a float that overflows to infinity; ``json`` accepts both). The whole-file reader
-leaves a document with a wide number to the streaming one (``tracegen.importers.kineto``).
+int64 and a float that overflows to infinity; ``json`` accepts both), and surrogate escapes
+(``\\uD800``-``\\uDFFF`` in a string: yajl turns a lone one into ``?``, ``json`` keeps it). The
+whole-file reader leaves such a document to the streaming one (``tracegen.importers.kineto``).
 
 Two implementations of one scan, byte for byte the same (tests/test_jsonscan.py): the C++
 extension ``tracegen.importers._jsonscan`` (setup.py; about 0.3 ns per byte, no numba import,
@@ -24,7 +25,7 @@ from __future__ import annotations
 MAX_NUMBER_CHARS = 64  # digits, sign, point and exponent of one number (a float64 needs at most 24)
 
 # flags of the scanner state (src/jsonscan.cpp states the same)
-IN_STR, ESCAPED, IS_FLOAT, IN_EXP, WIDE, NEG, FIRST9 = 1, 2, 4, 8, 16, 32, 64
+IN_STR, ESCAPED, IS_FLOAT, IN_EXP, WIDE, NEG, FIRST9, U1, U2, SURROGATE = 1, 2, 4, 8, 16, 32, 64, 128, 256, 512
 WIDE_INT_DIGITS = 19  # int64 max 9223372036854775807: more digits, or 19 starting with 9, may not fit
 WIDE_EXP_DIGITS = 3  # an exponent this long may overflow a float64
 
@@ -41,7 +42,20 @@ def _scan_py(buf, depth, flags, num_len, exp_digits, limit, num_limit):
         if flags & IN_STR:
             if flags & ESCAPED:
                 flags &= ~ESCAPED
-            elif c == 92:  # backslash
+                if c == 117:  # u
+                    flags |= U1
+                continue
+            if flags & U1:  # "\u" seen: a surrogate escape is \uD800-\uDFFF
+                flags &= ~U1
+                if c == 100 or c == 68:  # d D
+                    flags |= U2
+                    continue
+            elif flags & U2:
+                flags &= ~U2
+                if (56 <= c <= 57) or (97 <= c <= 102) or (65 <= c <= 70):  # 8-9 a-f A-F
+                    flags |= SURROGATE
+                    continue
+            if c == 92:  # backslash
                 flags |= ESCAPED
             elif c == 34:  # closing quote
                 flags &= ~IN_STR
@@ -70,9 +84,10 @@ def _scan_py(buf, depth, flags, num_len, exp_digits, limit, num_limit):
                     if digits > WIDE_INT_DIGITS or (digits == WIDE_INT_DIGITS and flags & FIRST9):
                         flags |= WIDE
             continue
-        num_len = 0
-        exp_digits = 0
-        flags &= ~(IS_FLOAT | IN_EXP | NEG | FIRST9)
+        if num_len:
+            num_len = 0
+            exp_digits = 0
+            flags &= ~(IS_FLOAT | IN_EXP | NEG | FIRST9)
         if c == 34:
             flags |= IN_STR
         elif c == 91 or c == 123:  # [ {
@@ -125,6 +140,11 @@ class DepthGuard:
     @property
     def wide(self) -> bool:
         return bool(self.flags & WIDE)
+
+    @property
+    def surrogate(self) -> bool:
+        """Whether a ``\\uD800``-``\\uDFFF`` escape was seen in a string so far."""
+        return bool(self.flags & SURROGATE)
 
     def feed(self, data: bytes) -> tuple[int, str]:
         if not data:

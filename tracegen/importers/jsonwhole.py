@@ -6,9 +6,8 @@ exactly what the streaming reader (ijson, :mod:`tracegen.importers.kineto`) woul
 * the decompressed document has at most ``max_bytes`` bytes (:data:`WHOLE_FILE_MAX_BYTES` by
   default), so the memory it takes is bounded (about 6 bytes of Python objects per byte of JSON);
 * the guard scan (:mod:`tracegen.importers.jsondepth`) finds no value nested deeper than the
-  limit, no number longer than ``MAX_NUMBER_CHARS`` and no *wide* number (one the two parsers
-  may read differently);
-* no ``\\uD800``-``\\uDFFF`` escape (yajl turns a lone surrogate into ``?``, ``json`` keeps it);
+  limit, no number longer than ``MAX_NUMBER_CHARS``, no *wide* number and no surrogate escape
+  (``\\uD800``-``\\uDFFF``), the only values the two parsers may read differently;
 * the bytes are UTF-8, the text is valid JSON without ``NaN``/``Infinity``, its top level is an
   array, or an object with no key twice and a ``traceEvents`` array.
 
@@ -117,7 +116,7 @@ def parse_whole(data: bytes, depth_limit: int) -> WholeDoc | None:
     """The document of ``data`` as the streaming reader would see it, or None (see the module)."""
     guard = DepthGuard(depth_limit)
     at, _ = guard.feed(data)
-    if at >= 0 or guard.wide or guard.depth != 0 or b"\\ud" in data or b"\\uD" in data:
+    if at >= 0 or guard.wide or guard.surrogate or guard.depth != 0:
         return None
     try:
         text = data.decode("utf-8")

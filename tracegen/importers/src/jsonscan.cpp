@@ -12,7 +12,8 @@
 //         which: 0 none, 1 depth, 2 number)
 // flags: bit 0 inside a string, bit 1 after a backslash, bit 2 the current number has '.', 'e'
 // or 'E', bit 3 inside its exponent, bit 4 a wide number was seen (sticky), bit 5 the current
-// number starts with '-', bit 6 its first digit is 9.
+// number starts with '-', bit 6 its first digit is 9, bits 7 and 8 inside "\u" and "\uD" of a
+// string, bit 9 a surrogate escape (\uD800-\uDFFF) was seen (sticky).
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,6 +23,7 @@
 namespace {
 
 constexpr long long IN_STR = 1, ESCAPED = 2, IS_FLOAT = 4, IN_EXP = 8, WIDE = 16, NEG = 32, FIRST9 = 64;
+constexpr long long U1 = 128, U2 = 256, SURROGATE = 512;
 constexpr long long WIDE_INT_DIGITS = 19;  // int64 max 9223372036854775807 has 19 digits
 constexpr long long WIDE_EXP_DIGITS = 3;
 
@@ -29,8 +31,26 @@ struct State {
     long long depth, flags, num_len, exp_digits, at, which;
 };
 
-inline bool is_num_char(unsigned char c) {
-    return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+// byte classes outside strings (0: anything else, whitespace included)
+enum : unsigned char { OTHER = 0, NUM = 1, QUOTE = 2, OPEN = 3, CLOSE = 4 };
+// inside strings: 1 for the two bytes that end a run of plain string bytes
+struct Tables {
+    unsigned char cls[256];
+    unsigned char stop[256];
+    constexpr Tables() : cls(), stop() {
+        for (int c = '0'; c <= '9'; ++c) cls[c] = NUM;
+        cls[static_cast<int>('-')] = cls[static_cast<int>('+')] = cls[static_cast<int>('.')] = NUM;
+        cls[static_cast<int>('e')] = cls[static_cast<int>('E')] = NUM;
+        cls[static_cast<int>('"')] = QUOTE;
+        cls[static_cast<int>('[')] = cls[static_cast<int>('{')] = OPEN;
+        cls[static_cast<int>(']')] = cls[static_cast<int>('}')] = CLOSE;
+        stop[static_cast<int>('"')] = stop[static_cast<int>('\\')] = 1;
+    }
+};
+constexpr Tables T;
+
+inline bool is_hex_8_to_f(unsigned char c) {
+    return (c >= '8' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
 void scan(const unsigned char *buf, Py_ssize_t n, State &s, long long limit, long long num_limit) {
@@ -42,10 +62,24 @@ void scan(const unsigned char *buf, Py_ssize_t n, State &s, long long limit, lon
         if (flags & IN_STR) {
             if (flags & ESCAPED) {
                 flags &= ~ESCAPED;
+                if (c == 'u') flags |= U1;
                 continue;
             }
+            if (flags & U1) {  // "\u" seen: a surrogate escape is \uD800-\uDFFF
+                flags &= ~U1;
+                if (c == 'd' || c == 'D') {
+                    flags |= U2;
+                    continue;
+                }
+            } else if (flags & U2) {
+                flags &= ~U2;
+                if (is_hex_8_to_f(c)) {
+                    flags |= SURROGATE;
+                    continue;
+                }
+            }
             // the bulk of a trace is string bytes: skip to the next quote or backslash
-            while (c != '"' && c != '\\') {
+            while (!T.stop[c]) {
                 if (++i == n) goto done;
                 c = buf[i];
             }
@@ -53,7 +87,8 @@ void scan(const unsigned char *buf, Py_ssize_t n, State &s, long long limit, lon
             else flags &= ~IN_STR;
             continue;
         }
-        if (is_num_char(c)) {
+        unsigned char k = T.cls[c];
+        if (k == NUM) {
             ++num_len;
             if (num_len > num_limit) {
                 s.at = i;
@@ -78,18 +113,21 @@ void scan(const unsigned char *buf, Py_ssize_t n, State &s, long long limit, lon
             }
             continue;
         }
-        num_len = 0;
-        exp_digits = 0;
-        flags &= ~(IS_FLOAT | IN_EXP | NEG | FIRST9);
-        if (c == '"') {
+        if (num_len) {
+            num_len = 0;
+            exp_digits = 0;
+            flags &= ~(IS_FLOAT | IN_EXP | NEG | FIRST9);
+        }
+        if (k == OTHER) continue;
+        if (k == QUOTE) {
             flags |= IN_STR;
-        } else if (c == '[' || c == '{') {
+        } else if (k == OPEN) {
             if (++depth > limit) {
                 s.at = i;
                 s.which = 1;
                 break;
             }
-        } else if (c == ']' || c == '}') {
+        } else {
             --depth;
         }
     }
