@@ -761,11 +761,13 @@ def _frame(fd: _FileData) -> pd.DataFrame:
         names = np.array(name, dtype=object)
         tid_a = _ints(tid)
         pid_a = _ints(pid)
-        is_step = np.array([bool(_STEP_RE.match(n)) if isinstance(n, str) and n[:1] == "P" else False for n in name], bool)
+        # names are strings (_check_names) and repeat: classify each distinct one once
+        step_names = {n for n in set(name) if n[:1] == "P" and _STEP_RE.match(n)}
+        marker_names = {n for n in set(name) if n[:8] == REQUEST_PREFIX and parse_request_marker(n) is not None}
+        is_step = np.fromiter((n in step_names for n in name), bool, len(name))
         code_a = np.array(code, np.int64)
         cuda_threads = set(parts[0]["thread"].tolist()) if fd.rt else set()
-        is_marker = np.array([isinstance(n, str) and n[:8] == REQUEST_PREFIX and parse_request_marker(n) is not None
-                              for n in name], bool)
+        is_marker = np.fromiter((n in marker_names for n in name), bool, len(name))
         keep = is_step | ((code_a == _OP) & np.isin(tid_a, list(cuda_threads)) & (pid_a != -1))
         keep |= is_marker & (pid_a != -1)
         if any(p != "X" for p in ph):
