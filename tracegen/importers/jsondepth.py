@@ -15,7 +15,7 @@ int64 and a float that overflows to infinity; ``json`` accepts both), and surrog
 whole-file reader leaves such a document to the streaming one (``tracegen.importers.kineto``).
 
 Two implementations of one scan, byte for byte the same (tests/test_jsonscan.py): the C++
-extension ``tracegen.importers._jsonscan`` (setup.py; about 0.3 ns per byte, no numba import,
+extension ``tracegen.importers._jsonscan`` (setup.py; about 1.6 ns per byte, no numba import,
 which alone costs some 0.4 s CPU per process) and, when it is not built, :func:`_scan` below,
 compiled with numba (fastrack.jit) on first use.
 """

@@ -6,11 +6,16 @@ the contract of :mod:`tracegen.deps` and whitelisted metadata; ``sniff(path)`` t
 ``(raw, metadata)``; ``import_kineto(paths)`` also runs :func:`tracegen.deps.derive_dependencies`
 and returns ``(table, metadata)``.
 
-Reading: plain or gzip JSON (gzip detected by its magic bytes, not by the file name). The top
-level before ``traceEvents`` is parsed token by token and only whitelisted keys are built; the
-events are stream-parsed with ijson's push interface (C backend when available) in chunks, so a
-large file is never held in memory as a whole; the keys after ``traceEvents`` (TraceLens-style
-files put ``deviceProperties`` there) are read from the bytes that follow the last event.
+Reading: plain or gzip JSON (gzip detected by its magic bytes, not by the file name). A document
+of at most ``WHOLE_FILE_MAX_BYTES`` (64 MiB decompressed) is read at once with one ``json`` parse
+(:mod:`tracegen.importers.jsonwhole`), which hands anything unusual or wrong back to the
+streaming reader; larger ones are streamed: the top level before ``traceEvents`` is parsed token
+by token and only whitelisted keys are built, the events are stream-parsed with ijson (C backend
+when available) in chunks, so a large file is never held in memory as a whole. Both readers
+share the event loop (:func:`_collect`) and give the same result. The keys after
+``traceEvents`` (TraceLens-style files put ``deviceProperties`` there) are read from the bytes
+that follow the last event. Every byte passes the guard scan (:mod:`tracegen.importers.jsondepth`:
+nesting depth, number length) before a parser sees it.
 
 What is kept (``docs/conventions.md``, ``docs/trace-formats.md`` of the shared notes):
 
