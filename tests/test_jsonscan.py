@@ -24,7 +24,7 @@ json_like = st.lists(st.sampled_from(list(ALPHABET)), max_size=300).map(bytes)
 any_bytes = st.binary(max_size=300)
 
 
-def _reference(data: bytes, state=(0, 0, 0, 0), limit=LIMIT, num_limit=MAX_NUMBER_CHARS):
+def _reference(data: bytes, state=(0, 0, 0, 0, 0), limit=LIMIT, num_limit=MAX_NUMBER_CHARS):
     """The plain-Python scan (the numba function before compilation)."""
     return jsondepth._scan_py(np.frombuffer(data, np.uint8), *state, limit, num_limit)
 
@@ -38,16 +38,16 @@ def _fed(data: bytes, cuts: list[int], compiled: bool) -> tuple:
         if r[0] >= 0:
             first = r
             break
-    return first, (g.depth, g.flags, g.num_len, g.exp_digits) if first[0] < 0 else None, g.wide
+    return first, (g.depth, g.flags, g.num_len, g.exp_digits, g.tokens) if first[0] < 0 else None, g.wide
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(json_like, any_bytes))
 def test_the_compiled_and_the_numba_scan_agree_on_every_byte_string(data):
     ref = _reference(data)
-    assert scan(data, 0, 0, 0, 0, LIMIT, MAX_NUMBER_CHARS, compiled=False) == ref
+    assert scan(data, 0, 0, 0, 0, 0, LIMIT, MAX_NUMBER_CHARS, compiled=False) == ref
     if jsondepth._compiled is not None:
-        assert scan(data, 0, 0, 0, 0, LIMIT, MAX_NUMBER_CHARS, compiled=True) == ref
+        assert scan(data, 0, 0, 0, 0, 0, LIMIT, MAX_NUMBER_CHARS, compiled=True) == ref
 
 
 @settings(max_examples=200, deadline=None)
@@ -57,9 +57,9 @@ def test_chunks_give_what_the_whole_buffer_gives(data, cuts):
     whole = _reference(data)
     for got in results.values():
         (at, what), state, wide = got
-        assert at == whole[4] and what == {0: "", 1: "depth", 2: "number"}[whole[5]]
+        assert at == whole[5] and what == {0: "", 1: "depth", 2: "number"}[whole[6]]
         if at < 0:
-            assert state == whole[:4]
+            assert state == whole[:5]
             assert wide == bool(whole[1] & WIDE)
 
 
@@ -68,9 +68,9 @@ def test_chunks_give_what_the_whole_buffer_gives(data, cuts):
 def test_small_limits_agree(limit, num_limit):
     data = b'{"a": [[[1234567890123, "[[[\\"]]]"], -1.5e+300], {"b": [[[[[[0]]]]]]}]}'
     expect = _reference(data, limit=limit, num_limit=num_limit)
-    assert scan(data, 0, 0, 0, 0, limit, num_limit, compiled=False) == expect
+    assert scan(data, 0, 0, 0, 0, 0, limit, num_limit, compiled=False) == expect
     if jsondepth._compiled is not None:
-        assert scan(data, 0, 0, 0, 0, limit, num_limit, compiled=True) == expect
+        assert scan(data, 0, 0, 0, 0, 0, limit, num_limit, compiled=True) == expect
 
 
 @pytest.mark.parametrize("compiled", IMPLS)
@@ -130,3 +130,10 @@ def test_invalid_utf8_does_not_confuse_the_scan(compiled):
     doc = b'[{"a": "\xff\xed\xa0\x80["}, \xc0\x80]'
     g = DepthGuard(LIMIT, compiled)
     assert g.feed(doc) == (-1, "") and g.depth == 0
+
+
+@pytest.mark.parametrize("compiled", IMPLS)
+def test_tokens_count_containers_and_commas_outside_strings(compiled):
+    g = DepthGuard(LIMIT, compiled)
+    g.feed(b'{"a": [1, 2, {}], "b,[{": "x"}')
+    assert g.tokens == 6  # { [ , , { ,

@@ -196,3 +196,15 @@ def test_the_fast_path_declines_what_the_parsers_read_differently():
                 b'\xef\xbb\xbf{"traceEvents": []}',  # a byte-order mark
                 b'{"traceEvents": []} x', b'{"traceEvents": [{"name": "\xff"}]}'):
         assert jsonwhole.parse_whole(bad, 64) is None, bad
+
+
+def test_a_document_of_many_small_values_is_streamed(monkeypatch):
+    """64 MiB of "{}," would take some 1.5 GB as Python objects (a gzip of 64 KB): the estimate
+    (tokens x BYTES_PER_TOKEN + bytes) sends such a document to the streaming reader."""
+    doc = b'{"traceEvents": [' + b"{}," * 1000 + b"{}]}"
+    assert jsonwhole.parse_whole(doc, 64) is not None
+    tokens = 2 + 2 * 1000 + 1  # { [, then {} and a comma 1,000 times, then the last {}
+    monkeypatch.setattr(jsonwhole, "WHOLE_FILE_MAX_OBJECT_BYTES", jsonwhole.BYTES_PER_TOKEN * tokens + len(doc) - 1)
+    assert jsonwhole.parse_whole(doc, 64) is None
+    monkeypatch.setattr(jsonwhole, "WHOLE_FILE_MAX_OBJECT_BYTES", jsonwhole.BYTES_PER_TOKEN * tokens + len(doc))
+    assert jsonwhole.parse_whole(doc, 64) is not None

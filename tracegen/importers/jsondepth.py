@@ -35,8 +35,9 @@ except ImportError:  # pragma: no cover - depends on the build (the test covers 
     _compiled = None
 
 
-def _scan_py(buf, depth, flags, num_len, exp_digits, limit, num_limit):
-    """(depth, flags, num_len, exp_digits, index of the first byte past a limit or -1, which: 1 depth 2 number)."""
+def _scan_py(buf, depth, flags, num_len, exp_digits, tokens, limit, num_limit):
+    """(depth, flags, num_len, exp_digits, tokens, index of the first byte past a limit or -1,
+    which: 1 depth 2 number). ``tokens`` counts ``[``, ``{`` and ``,`` outside strings."""
     for i in range(buf.shape[0]):
         c = buf[i]
         if flags & IN_STR:
@@ -63,7 +64,7 @@ def _scan_py(buf, depth, flags, num_len, exp_digits, limit, num_limit):
         if (48 <= c <= 57) or c == 45 or c == 43 or c == 46 or c == 101 or c == 69:  # 0-9 - + . e E
             num_len += 1
             if num_len > num_limit:
-                return depth, flags, num_len, exp_digits, i, 2
+                return depth, flags, num_len, exp_digits, tokens, i, 2
             if c == 46:
                 flags |= IS_FLOAT
             elif c == 101 or c == 69:
@@ -90,19 +91,23 @@ def _scan_py(buf, depth, flags, num_len, exp_digits, limit, num_limit):
             flags &= ~(IS_FLOAT | IN_EXP | NEG | FIRST9)
         if c == 34:
             flags |= IN_STR
+        elif c == 44:  # ,
+            tokens += 1
         elif c == 91 or c == 123:  # [ {
+            tokens += 1
             depth += 1
             if depth > limit:
-                return depth, flags, num_len, exp_digits, i, 1
+                return depth, flags, num_len, exp_digits, tokens, i, 1
         elif c == 93 or c == 125:  # ] }
             depth -= 1
-    return depth, flags, num_len, exp_digits, -1, 0
+    return depth, flags, num_len, exp_digits, tokens, -1, 0
 
 
 _jitted = None
 
 
-def _scan(data: bytes, depth: int, flags: int, num_len: int, exp_digits: int, limit: int, num_limit: int):
+def _scan(data: bytes, depth: int, flags: int, num_len: int, exp_digits: int, tokens: int, limit: int,
+          num_limit: int):
     """The fallback scan: :func:`_scan_py` compiled with numba (imported here, on first use only)."""
     global _jitted
     import numpy as np
@@ -111,30 +116,31 @@ def _scan(data: bytes, depth: int, flags: int, num_len: int, exp_digits: int, li
         from fastrack.jit import njit
 
         _jitted = njit(cache=True, nogil=True)(_scan_py)
-    return tuple(int(x) for x in _jitted(np.frombuffer(data, np.uint8), depth, flags, num_len, exp_digits, limit,
-                                         num_limit))
+    return tuple(int(x) for x in _jitted(np.frombuffer(data, np.uint8), depth, flags, num_len, exp_digits, tokens,
+                                         limit, num_limit))
 
 
-def scan(data: bytes, depth: int, flags: int, num_len: int, exp_digits: int, limit: int, num_limit: int,
-         compiled: bool | None = None) -> tuple[int, int, int, int, int, int]:
+def scan(data: bytes, depth: int, flags: int, num_len: int, exp_digits: int, tokens: int, limit: int,
+         num_limit: int, compiled: bool | None = None) -> tuple[int, int, int, int, int, int, int]:
     """One step of the guard scan over ``data``: the compiled scan if built (``compiled=None``),
     else (or with ``compiled=False``) the numba one."""
     use = _compiled is not None if compiled is None else compiled
     if use:
-        return _compiled.scan(data, depth, flags, num_len, exp_digits, limit, num_limit)
-    return _scan(data, depth, flags, num_len, exp_digits, limit, num_limit)
+        return _compiled.scan(data, depth, flags, num_len, exp_digits, tokens, limit, num_limit)
+    return _scan(data, depth, flags, num_len, exp_digits, tokens, limit, num_limit)
 
 
 class DepthGuard:
     """Feed it every chunk in order; :meth:`feed` returns ``(offset, what)`` of the first byte past
     a limit (``what``: "depth" or "number"), or ``(-1, "")``. :attr:`wide` tells whether a wide
-    number (see the module) was seen so far."""
+    number (see the module) was seen so far, :attr:`tokens` how many ``[``, ``{`` and ``,``
+    (outside strings): about one per value, a bound on what the parsed document costs."""
 
-    __slots__ = ("limit", "depth", "flags", "num_len", "exp_digits", "offset", "compiled")
+    __slots__ = ("limit", "depth", "flags", "num_len", "exp_digits", "tokens", "offset", "compiled")
 
     def __init__(self, limit: int, compiled: bool | None = None):
         self.limit = limit
-        self.depth, self.flags, self.num_len, self.exp_digits, self.offset = 0, 0, 0, 0, 0
+        self.depth, self.flags, self.num_len, self.exp_digits, self.tokens, self.offset = 0, 0, 0, 0, 0, 0
         self.compiled = compiled
 
     @property
@@ -149,8 +155,9 @@ class DepthGuard:
     def feed(self, data: bytes) -> tuple[int, str]:
         if not data:
             return -1, ""
-        self.depth, self.flags, self.num_len, self.exp_digits, at, which = scan(
-            data, self.depth, self.flags, self.num_len, self.exp_digits, self.limit, MAX_NUMBER_CHARS, self.compiled)
+        self.depth, self.flags, self.num_len, self.exp_digits, self.tokens, at, which = scan(
+            data, self.depth, self.flags, self.num_len, self.exp_digits, self.tokens, self.limit, MAX_NUMBER_CHARS,
+            self.compiled)
         start = self.offset
         self.offset += len(data)
         return (start + at, "depth" if which == 1 else "number") if at >= 0 else (-1, "")

@@ -4,7 +4,12 @@ exactly what the streaming reader (ijson, :mod:`tracegen.importers.kineto`) woul
 :func:`read_whole` returns ``None`` (read it streaming) unless every one of these holds:
 
 * the decompressed document has at most ``max_bytes`` bytes (:data:`WHOLE_FILE_MAX_BYTES` by
-  default), so the memory it takes is bounded (about 6 bytes of Python objects per byte of JSON);
+  default), and the Python objects it would become are estimated at most
+  :data:`WHOLE_FILE_MAX_OBJECT_BYTES`: :data:`BYTES_PER_TOKEN` per ``[``, ``{`` or ``,`` (about
+  one per value) plus one per byte (string contents), an upper bound of what ``json`` builds
+  (measured: 36-87 bytes per token from empty objects to objects of distinct keys, 54 on the
+  largest real trace; a real trace takes 3.4 bytes per byte of JSON, but 64 MiB of ``{},`` would
+  take 1.5 GB, so such a document is streamed);
 * the guard scan (:mod:`tracegen.importers.jsondepth`) finds no value nested deeper than the
   limit, no number longer than ``MAX_NUMBER_CHARS``, no *wide* number and no surrogate escape
   (``\\uD800``-``\\uDFFF``), the only values the two parsers may read differently;
@@ -30,6 +35,8 @@ from typing import Any
 from tracegen.importers.jsondepth import DepthGuard
 
 WHOLE_FILE_MAX_BYTES = 64 << 20  # decompressed bytes read at once; larger documents are streamed
+WHOLE_FILE_MAX_OBJECT_BYTES = 512 << 20  # estimated memory of the parsed document, at most
+BYTES_PER_TOKEN = 96  # memory of one value as a Python object, an upper bound (see the module)
 GZIP_MAGIC = b"\x1f\x8b"
 _WS = " \t\n\r"
 
@@ -118,6 +125,8 @@ def parse_whole(data: bytes, depth_limit: int) -> WholeDoc | None:
     at, _ = guard.feed(data)
     if at >= 0 or guard.wide or guard.surrogate or guard.depth != 0:
         return None
+    if BYTES_PER_TOKEN * guard.tokens + len(data) > WHOLE_FILE_MAX_OBJECT_BYTES:
+        return None
     try:
         text = data.decode("utf-8")
         i = _skip_ws(text, 0)
@@ -152,4 +161,4 @@ def read_whole(path: str, depth_limit: int, max_bytes: int = WHOLE_FILE_MAX_BYTE
     return None if data is None else parse_whole(data, depth_limit)
 
 
-__all__ = ["WHOLE_FILE_MAX_BYTES", "WholeDoc", "read_bytes", "parse_whole", "read_whole"]
+__all__ = ["WHOLE_FILE_MAX_BYTES", "WHOLE_FILE_MAX_OBJECT_BYTES", "BYTES_PER_TOKEN", "WholeDoc", "read_bytes", "parse_whole", "read_whole"]

@@ -7,9 +7,11 @@
 // perhaps; exponents of 3 digits or more: beyond float64 perhaps).
 // The byte-for-byte twin is jsondepth._scan (numba, or plain Python): same state, same result.
 //
-// scan(buffer, depth, flags, num_len, exp_digits, limit, num_limit)
-//     -> (depth, flags, num_len, exp_digits, index of the first byte past a limit or -1,
+// scan(buffer, depth, flags, num_len, exp_digits, tokens, limit, num_limit)
+//     -> (depth, flags, num_len, exp_digits, tokens, index of the first byte past a limit or -1,
 //         which: 0 none, 1 depth, 2 number)
+// tokens counts the '[', '{' and ',' outside strings: about one per value, which bounds the
+// memory of the parsed document (jsonwhole.py).
 // flags: bit 0 inside a string, bit 1 after a backslash, bit 2 the current number has '.', 'e'
 // or 'E', bit 3 inside its exponent, bit 4 a wide number was seen (sticky), bit 5 the current
 // number starts with '-', bit 6 its first digit is 9, bits 7 and 8 inside "\u" and "\uD" of a
@@ -28,7 +30,7 @@ constexpr long long WIDE_INT_DIGITS = 19;  // int64 max 9223372036854775807 has 
 constexpr long long WIDE_EXP_DIGITS = 3;
 
 struct State {
-    long long depth, flags, num_len, exp_digits, at, which;
+    long long depth, flags, num_len, exp_digits, tokens, at, which;
 };
 
 // byte classes outside strings (0: anything else, whitespace included)
@@ -54,7 +56,7 @@ inline bool is_hex_8_to_f(unsigned char c) {
 }
 
 void scan(const unsigned char *buf, Py_ssize_t n, State &s, long long limit, long long num_limit) {
-    long long depth = s.depth, flags = s.flags, num_len = s.num_len, exp_digits = s.exp_digits;
+    long long depth = s.depth, flags = s.flags, num_len = s.num_len, exp_digits = s.exp_digits, tokens = s.tokens;
     s.at = -1;
     s.which = 0;
     for (Py_ssize_t i = 0; i < n; ++i) {
@@ -118,10 +120,14 @@ void scan(const unsigned char *buf, Py_ssize_t n, State &s, long long limit, lon
             exp_digits = 0;
             flags &= ~(IS_FLOAT | IN_EXP | NEG | FIRST9);
         }
-        if (k == OTHER) continue;
+        if (k == OTHER) {
+            if (c == ',') ++tokens;
+            continue;
+        }
         if (k == QUOTE) {
             flags |= IN_STR;
         } else if (k == OPEN) {
+            ++tokens;
             if (++depth > limit) {
                 s.at = i;
                 s.which = 1;
@@ -136,26 +142,27 @@ done:
     s.flags = flags;
     s.num_len = num_len;
     s.exp_digits = exp_digits;
+    s.tokens = tokens;
 }
 
 PyObject *py_scan(PyObject *, PyObject *args) {
     Py_buffer view;
     State s{};
     long long limit, num_limit;
-    if (!PyArg_ParseTuple(args, "y*LLLLLL", &view, &s.depth, &s.flags, &s.num_len, &s.exp_digits, &limit,
-                          &num_limit))
+    if (!PyArg_ParseTuple(args, "y*LLLLLLL", &view, &s.depth, &s.flags, &s.num_len, &s.exp_digits, &s.tokens,
+                          &limit, &num_limit))
         return nullptr;
     Py_BEGIN_ALLOW_THREADS
     scan(static_cast<const unsigned char *>(view.buf), view.len, s, limit, num_limit);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    return Py_BuildValue("(LLLLLL)", s.depth, s.flags, s.num_len, s.exp_digits, s.at, s.which);
+    return Py_BuildValue("(LLLLLLL)", s.depth, s.flags, s.num_len, s.exp_digits, s.tokens, s.at, s.which);
 }
 
 PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS,
-     "scan(buffer, depth, flags, num_len, exp_digits, limit, num_limit) -> "
-     "(depth, flags, num_len, exp_digits, at, which)"},
+     "scan(buffer, depth, flags, num_len, exp_digits, tokens, limit, num_limit) -> "
+     "(depth, flags, num_len, exp_digits, tokens, at, which)"},
     {nullptr, nullptr, 0, nullptr},
 };
 
