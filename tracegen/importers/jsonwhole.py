@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from json.decoder import WHITESPACE
 from typing import Any
 
+from fastrack.sniff import GZIP_MAGIC
 from tracegen.importers.jsondepth import DepthGuard
 
 WHOLE_FILE_MAX_BYTES = 64 << 20  # decompressed bytes read at once; larger documents are streamed
 WHOLE_FILE_MAX_OBJECT_BYTES = 512 << 20  # estimated memory of the parsed document, at most
 BYTES_PER_TOKEN = 96  # memory of one value as a Python object, an upper bound (see the module)
-GZIP_MAGIC = b"\x1f\x8b"
 _WS = " \t\n\r"
 
 
