@@ -14,6 +14,7 @@ ACCELERATORS: list[tuple[str, list[str], list[str]]] = [
     # the scheduler and the critical-path walk (replay/engine.py, replay/results.py); the headers
     # under replay/cpp/fastrack are the same core the gem5 driver compiles (MANIFEST.in ships them)
     ("replay._engine", ["replay/cpp/engine_module.cpp"], ["replay/cpp"]),
+    ("tracegen.importers._jsonscan", ["tracegen/importers/src/jsonscan.cpp"], []),  # JSON guard scan (jsondepth.py)
 ]
 
 setup(ext_modules=[Extension(name, sources, include_dirs=includes, extra_compile_args=CXX_FLAGS, language="c++",

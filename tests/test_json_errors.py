@@ -10,8 +10,19 @@ import pytest
 from click.testing import CliRunner
 
 from tracegen.cli import main
+from tracegen.importers import kineto
 
 SECRET = "hf_PLANTEDSECRET0123456789"
+
+
+@pytest.fixture(autouse=True, params=["whole-file", "streaming"])
+def reader(request, monkeypatch):
+    """Every case through both Kineto readers: the whole-file one, and the streaming one (the
+    limit switched to 0). The whole-file one leaves every bad document to the streaming one, so
+    the message must be the same."""
+    if request.param == "streaming":
+        monkeypatch.setattr(kineto, "WHOLE_FILE_MAX_BYTES", 0)
+    return request.param
 
 
 def _convert(path, tmp_path):
@@ -92,3 +103,19 @@ def test_a_number_too_long_for_the_parser_is_refused_before_it_crashes_it(tmp_pa
     path.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": ' + "1" * 20000 + "}]}")
     r, out = _convert(path, tmp_path)
     assert r.exit_code == 2 and "number at byte" in r.output and not out.exists()
+
+
+@pytest.mark.parametrize("bad", [b"\xff", b"\xed\xa0\x80", b"\xc0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_invalid_utf8_is_refused_in_one_line_by_position(tmp_path, bad, gz):
+    """Encoded surrogates and overlong forms passed yajl's check and failed with a traceback."""
+    head = ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "%s ' % SECRET).encode()
+    doc = head + bad + b'", "ts": 1, "dur": 1}]}'
+    if bad == b"\xe2\x82":
+        doc = head + bad  # a sequence cut by the end of the file
+    path = tmp_path / ("u.json.gz" if gz else "u.json")
+    path.write_bytes(gzip.compress(doc) if gz else doc)
+    r, out = _convert(path, tmp_path)
+    msg = r.output.strip()
+    assert r.exit_code == 2 and not out.exists() and len(msg.splitlines()) == 1 and SECRET not in msg
+    assert f"invalid UTF-8 at byte {len(head):,}" in msg, msg

@@ -6,11 +6,16 @@ the contract of :mod:`tracegen.deps` and whitelisted metadata; ``sniff(path)`` t
 ``(raw, metadata)``; ``import_kineto(paths)`` also runs :func:`tracegen.deps.derive_dependencies`
 and returns ``(table, metadata)``.
 
-Reading: plain or gzip JSON (gzip detected by its magic bytes, not by the file name). The top
-level before ``traceEvents`` is parsed token by token and only whitelisted keys are built; the
-events are stream-parsed with ijson's push interface (C backend when available) in chunks, so a
-large file is never held in memory as a whole; the keys after ``traceEvents`` (TraceLens-style
-files put ``deviceProperties`` there) are read from the bytes that follow the last event.
+Reading: plain or gzip JSON (gzip detected by its magic bytes, not by the file name). A document
+of at most ``WHOLE_FILE_MAX_BYTES`` (64 MiB decompressed) is read at once with one ``json`` parse
+(:mod:`tracegen.importers.jsonwhole`), which hands anything unusual or wrong back to the
+streaming reader; larger ones are streamed: the top level before ``traceEvents`` is parsed token
+by token and only whitelisted keys are built, the events are stream-parsed with ijson (C backend
+when available) in chunks, so a large file is never held in memory as a whole. Both readers
+share the event loop (:func:`_collect`) and give the same result. The keys after
+``traceEvents`` (TraceLens-style files put ``deviceProperties`` there) are read from the bytes
+that follow the last event. Every byte passes the guard scan (:mod:`tracegen.importers.jsondepth`:
+nesting depth, number length) before a parser sees it.
 
 What is kept (``docs/conventions.md``, ``docs/trace-formats.md`` of the shared notes):
 
@@ -37,6 +42,7 @@ rank comes from ``distributedInfo.rank``, else the file name (``rank-3``, ``rank
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import os
@@ -57,6 +63,7 @@ from fastrack.markers import REQUEST_PREFIX, parse_request_marker
 from fastrack.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
 from tracegen.importers.jsondepth import MAX_NUMBER_CHARS, DepthGuard
+from tracegen.importers.jsonwhole import WHOLE_FILE_MAX_BYTES, WholeDoc, read_whole
 from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
 
 try:  # the C backend is ~10x faster than the pure-Python one; ijson picks it by default
@@ -151,26 +158,45 @@ class _Counted:
     """File wrapper that knows where the parser is: bytes and lines before the chunk read last,
     and the last two chunks, so a JSON error can be reported by position (never by content)."""
 
-    __slots__ = ("f", "path", "before", "lines", "prev", "last", "nonfinite", "guard")
+    __slots__ = ("f", "path", "before", "lines", "prev", "last", "nonfinite", "guard", "utf8")
 
     def __init__(self, f, path: str):
         self.f, self.path, self.before, self.lines, self.prev, self.last = f, path, 0, 0, b"", b""
         self.nonfinite = False
         self.guard = DepthGuard(MAX_JSON_DEPTH)
+        self.utf8 = codecs.getincrementaldecoder("utf-8")()
+
+    def _utf8_error(self, data: bytes) -> int:
+        """Offset of the first byte that is not UTF-8 in ``data`` (the chunk just fed to the
+        guard; b"" at the end of the file), or -1. JSON text is UTF-8, and yajl lets some bad
+        bytes through (e.g. encoded surrogates) that then fail deep inside the parser."""
+        pending = len(self.utf8.getstate()[0])
+        try:
+            self.utf8.decode(data, final=not data)
+        except UnicodeDecodeError as exc:
+            return self.guard.offset - len(data) - pending + exc.start
+        return -1
 
     def read(self, n: int = -1) -> bytes:
         data = self.f.read(n)
-        if data:
-            at, what = self.guard.feed(data)
-            if at >= 0 and what == "depth":
-                raise TraceFormatError(f"a JSON value at byte {at:,} is nested deeper than {MAX_JSON_DEPTH} levels",
-                                       path=self.path)
-            if at >= 0:
-                raise TraceFormatError(f"a JSON number at byte {at:,} is longer than {MAX_NUMBER_CHARS} characters",
-                                       path=self.path)
-            self.before += len(self.prev)
-            self.lines += self.prev.count(b"\n")
-            self.prev, self.last = self.last, data
+        if not data:
+            bad = self._utf8_error(b"") if n != 0 else -1
+            if bad >= 0:
+                raise TraceFormatError(f"invalid UTF-8 at byte {bad:,}: JSON text must be UTF-8", path=self.path)
+            return data
+        at, what = self.guard.feed(data)
+        bad = self._utf8_error(data)
+        if bad >= 0 and (at < 0 or bad < at):
+            raise TraceFormatError(f"invalid UTF-8 at byte {bad:,}: JSON text must be UTF-8", path=self.path)
+        if at >= 0 and what == "depth":
+            raise TraceFormatError(f"a JSON value at byte {at:,} is nested deeper than {MAX_JSON_DEPTH} levels",
+                                   path=self.path)
+        if at >= 0:
+            raise TraceFormatError(f"a JSON number at byte {at:,} is longer than {MAX_NUMBER_CHARS} characters",
+                                   path=self.path)
+        self.before += len(self.prev)
+        self.lines += self.prev.count(b"\n")
+        self.prev, self.last = self.last, data
         return data
 
     def position(self, context: str, at: int) -> tuple[int, int, int] | None:
@@ -229,7 +255,7 @@ def _read_head(path: str) -> tuple[dict[str, Any], str | None]:
     with _open(path) as raw:
         f = _Counted(raw, path)
         try:
-            events = _backend.parse(f)
+            events = _backend.parse(f, use_float=True)  # numbers as the events and the tail read them
             first = next(events, None)
             if first is None:
                 raise TraceFormatError("empty JSON document", path=path)
@@ -341,72 +367,87 @@ class _TailReader:
         return b"".join(d for i, d in self.keep if i >= self.mark)
 
 
-def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
-    fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
+def _collect(path: str, events: Iterable, fd: _FileData) -> int:
+    """Sort the events of one file into ``fd``'s row lists; the number of events. The one event
+    loop of both readers (streaming and whole-file), so they keep exactly the same rows."""
     gpu_a, rt_a, sync_a, ann_a, rpc_a = fd.gpu.append, fd.rt.append, fd.sync.append, fd.ann.append, fd.rpc.append
     cats = _CATS
     n = 0
+    try:
+        for ev in events:
+            n += 1
+            code = cats.get(ev.get("cat"))
+            if code is None:
+                continue
+            try:  # fast path: the keys Kineto always writes
+                if code == _RT:
+                    rt_a((ev["name"], ev["pid"], ev["tid"], ev["ts"], ev["dur"], ev["args"]["correlation"], ev["ph"]))
+                    continue
+                if code == _OP:
+                    ann_a((code, ev["name"], ev["pid"], ev["tid"], ev["ts"], ev["dur"], ev["ph"]))
+                    if ev["name"] == "record_param_comms":
+                        a = ev.get("args") or {}
+                        rpc_a((ev["name"], ev["pid"], ev["tid"], ev["ts"], ev["dur"],
+                               a.get("External id", a.get("external id", -1)), a))  # fmt: skip
+                    continue
+            except (KeyError, TypeError):
+                pass
+            if ev.get("ph") != "X":
+                continue
+            if code <= _MS:  # GPU op
+                a = ev.get("args") or {}
+                name = ev.get("name", "")
+                if type(name) is not str:
+                    raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(name)}, expected a string",
+                                           path=path)
+                coll = None
+                if code == _K and ("Collective name" in a or name[:4].lower() == "nccl"):
+                    coll = a
+                gpu_a((code, name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0),
+                       a.get("correlation", -1), a.get("stream"), a.get("device"), a.get("bytes", 0),
+                       a.get("External id", a.get("external id", -1)), coll))  # fmt: skip
+            elif code == _RT:
+                a = ev.get("args")
+                rt_a((ev.get("name", ""), ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0),
+                      a.get("correlation", -1) if isinstance(a, dict) else -1, "X"))  # fmt: skip
+            elif code == _SY:
+                a = ev.get("args") or {}
+                sync_a((a.get("correlation", -1), a.get("cuda_sync_kind", ev.get("name", "")), a.get("stream", -1),
+                        a.get("wait_on_stream", -1), a.get("wait_on_cuda_event_record_corr_id", -1),
+                        a.get("device", -1)))  # fmt: skip
+            else:  # cpu_op / user_annotation
+                name = ev.get("name", "")
+                if type(name) is not str:
+                    raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(name)}, expected a string",
+                                           path=path)
+                ann_a((code, name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0), "X"))
+                if name == "record_param_comms" or (code == _UA and name[:5] == "nccl:"):
+                    a = ev.get("args") or {}
+                    rpc_a((name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0),
+                           a.get("External id", a.get("external id", -1)), a))  # fmt: skip
+    except TraceFormatError:
+        raise
+    except (AttributeError, TypeError):
+        raise TraceFormatError("not a Kineto trace: an entry of 'traceEvents' is not an object, or one of its fields "
+                               "has the wrong JSON type", path=path) from None
+    return n
+
+
+def _marked(items, reader: _TailReader):
+    """ijson's items, noting in ``reader`` the chunk each one was completed in."""
+    for ev in items:
+        reader.mark = reader.count - 1
+        yield ev
+
+
+def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
+    """The streaming reader: events parsed chunk by chunk (bounded memory, any size)."""
+    fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
     with _open(path) as raw:
         counted = _Counted(raw, path)
         reader = _TailReader(counted)
         try:
-            for ev in _backend.items(reader, prefix, use_float=True):
-                n += 1
-                reader.mark = reader.count - 1
-                code = cats.get(ev.get("cat"))
-                if code is None:
-                    continue
-                try:  # fast path: the keys Kineto always writes
-                    if code == _RT:
-                        rt_a((ev["name"], ev["pid"], ev["tid"], ev["ts"], ev["dur"], ev["args"]["correlation"], ev["ph"]))
-                        continue
-                    if code == _OP:
-                        ann_a((code, ev["name"], ev["pid"], ev["tid"], ev["ts"], ev["dur"], ev["ph"]))
-                        if ev["name"] == "record_param_comms":
-                            a = ev.get("args") or {}
-                            rpc_a((ev["name"], ev["pid"], ev["tid"], ev["ts"], ev["dur"],
-                                   a.get("External id", a.get("external id", -1)), a))  # fmt: skip
-                        continue
-                except (KeyError, TypeError):
-                    pass
-                if ev.get("ph") != "X":
-                    continue
-                if code <= _MS:  # GPU op
-                    a = ev.get("args") or {}
-                    name = ev.get("name", "")
-                    if type(name) is not str:
-                        raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(name)}, expected a string",
-                                               path=path)
-                    coll = None
-                    if code == _K and ("Collective name" in a or name[:4].lower() == "nccl"):
-                        coll = a
-                    gpu_a((code, name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0),
-                           a.get("correlation", -1), a.get("stream"), a.get("device"), a.get("bytes", 0),
-                           a.get("External id", a.get("external id", -1)), coll))  # fmt: skip
-                elif code == _RT:
-                    a = ev.get("args")
-                    rt_a((ev.get("name", ""), ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0),
-                          a.get("correlation", -1) if isinstance(a, dict) else -1, "X"))  # fmt: skip
-                elif code == _SY:
-                    a = ev.get("args") or {}
-                    sync_a((a.get("correlation", -1), a.get("cuda_sync_kind", ev.get("name", "")), a.get("stream", -1),
-                            a.get("wait_on_stream", -1), a.get("wait_on_cuda_event_record_corr_id", -1),
-                            a.get("device", -1)))  # fmt: skip
-                else:  # cpu_op / user_annotation
-                    name = ev.get("name", "")
-                    if type(name) is not str:
-                        raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(name)}, expected a string",
-                                               path=path)
-                    ann_a((code, name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0), "X"))
-                    if name == "record_param_comms" or (code == _UA and name[:5] == "nccl:"):
-                        a = ev.get("args") or {}
-                        rpc_a((name, ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur", 0),
-                               a.get("External id", a.get("external id", -1)), a))  # fmt: skip
-        except TraceFormatError:
-            raise
-        except (AttributeError, TypeError):
-            raise TraceFormatError("not a Kineto trace: an entry of 'traceEvents' is not an object, or one of its fields "
-                                   "has the wrong JSON type", path=path) from None
+            n = _collect(path, _marked(_backend.items(reader, prefix, use_float=True), reader), fd)
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise _io_error(exc, path) from None
         except ijson.JSONError as exc:
@@ -414,6 +455,18 @@ def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
     fd.num_events = n
     tail = _tail_keys(reader.tail()) if prefix != "item" else {}
     return fd, tail
+
+
+def _whole_events(path: str, doc: WholeDoc) -> tuple[_FileData, dict[str, Any]]:
+    """The whole-file reader's events and tail keys, exactly as :func:`_parse_events` finds them:
+    the tail is looked for in the bytes from the start of the chunk of ``CHUNK`` bytes that holds
+    the end of the last event, the window the streaming reader keeps."""
+    fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
+    fd.num_events = _collect(path, doc.events, fd)
+    if doc.bare:
+        return fd, {}
+    start = (doc.last_event_end // CHUNK) * CHUNK if doc.last_event_end >= 0 else 0
+    return fd, _tail_keys(doc.data[start:])
 
 
 def _rank_from_name(path: str) -> int | None:
@@ -424,10 +477,19 @@ def _rank_from_name(path: str) -> int | None:
 
 
 def _read_file(path: str) -> _FileData:
-    head, prefix = _read_head(path)
-    if prefix is None:
-        raise TraceFormatError("not a Kineto/Chrome trace: no 'traceEvents' array", path=path)
-    fd, tail = _parse_events(path, prefix)
+    """One file: read at once when :func:`~tracegen.importers.jsonwhole.read_whole` can (at most
+    :data:`WHOLE_FILE_MAX_BYTES` decompressed, nothing the two parsers read differently), else
+    streamed; the same result either way (0 as the limit: always streamed)."""
+    doc = read_whole(path, MAX_JSON_DEPTH, WHOLE_FILE_MAX_BYTES) if WHOLE_FILE_MAX_BYTES > 0 else None
+    if doc is not None:
+        head = {k: v for k, v in doc.before.items() if k in _HEAD_KEYS}
+        fd, tail = _whole_events(path, doc)
+        del doc
+    else:
+        head, prefix = _read_head(path)
+        if prefix is None:
+            raise TraceFormatError("not a Kineto/Chrome trace: no 'traceEvents' array", path=path)
+        fd, tail = _parse_events(path, prefix)
     for k, v in tail.items():
         if k in _HEAD_KEYS and k not in head:
             head[k] = v
@@ -704,11 +766,13 @@ def _frame(fd: _FileData) -> pd.DataFrame:
         names = np.array(name, dtype=object)
         tid_a = _ints(tid)
         pid_a = _ints(pid)
-        is_step = np.array([bool(_STEP_RE.match(n)) if isinstance(n, str) and n[:1] == "P" else False for n in name], bool)
+        # names are strings (_check_names) and repeat: classify each distinct one once
+        step_names = {n for n in set(name) if n[:1] == "P" and _STEP_RE.match(n)}
+        marker_names = {n for n in set(name) if n[:8] == REQUEST_PREFIX and parse_request_marker(n) is not None}
+        is_step = np.fromiter((n in step_names for n in name), bool, len(name))
         code_a = np.array(code, np.int64)
         cuda_threads = set(parts[0]["thread"].tolist()) if fd.rt else set()
-        is_marker = np.array([isinstance(n, str) and n[:8] == REQUEST_PREFIX and parse_request_marker(n) is not None
-                              for n in name], bool)
+        is_marker = np.fromiter((n in marker_names for n in name), bool, len(name))
         keep = is_step | ((code_a == _OP) & np.isin(tid_a, list(cuda_threads)) & (pid_a != -1))
         keep |= is_marker & (pid_a != -1)
         if any(p != "X" for p in ph):
