@@ -65,6 +65,14 @@ class Trace:
     def num_ops(self) -> int:
         return self.table.num_rows
 
+    def drop_columns(self) -> "Trace":
+        """Drop the table's columns in place (``num_ops``, metadata and path stay) and hand their
+        memory back to the system; returns this trace. For a reader that has taken what it needs
+        from a trace it read itself (replay.run.load_graph)."""
+        self.table = self.table.select([])
+        pa.default_memory_pool().release_unused()
+        return self
+
     def column(self, name: str) -> np.ndarray:
         """A column as numpy (dictionary columns decoded to an object array of str/None)."""
         col = self.table.column(name)
