@@ -142,20 +142,13 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
     """Check a table against the contract: columns, types, values. Raises SchemaError.
     ``partial``: the table holds only some columns (a reader asked for them); check those."""
     names = table.schema.names
-    missing = [c for c in COLUMNS if c not in names]
-    if missing and not partial:
-        raise SchemaError(
-            f"not a Fastrack trace (schema v{SCHEMA_VERSION}): missing column(s) {', '.join(missing)}",
-            path=path,
-        )
-    for name, (typ, nullable, _doc) in COLUMNS.items():
+    for name, (_typ, nullable, _doc) in COLUMNS.items():
         if name not in names:
             continue
-        got = table.schema.field(name).type
-        if got != typ and not (pa.types.is_dictionary(typ) and got in (pa.string(), pa.large_string())):
-            raise SchemaError(f"column '{name}' has type {got}, expected {typ}", path=path)
+        _check_columns(table.schema, path, partial, only=name)
         if not nullable and table.column(name).null_count:
             raise SchemaError(f"column '{name}' has {table.column(name).null_count} null value(s)", path=path)
+    _check_columns(table.schema, path, partial)
     if table.num_rows == 0:
         raise SchemaError("empty trace: no operations", path=path)
     _check_ranges(table, path)
@@ -179,6 +172,49 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
     d = table.column("deps").combine_chunks()
     if len(d) and not np.array_equal(as_numpy(d.offsets), as_numpy(dk.offsets)):
         raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
+
+
+def _check_columns(schema: pa.Schema, path: str | None, partial: bool = False, only: str | None = None) -> None:
+    """Every column of the contract present (unless ``partial``) and of its type (``only``: check
+    that one column's type)."""
+    names = schema.names
+    if only is None:
+        missing = [c for c in COLUMNS if c not in names]
+        if missing and not partial:
+            raise SchemaError(
+                f"not a Fastrack trace (schema v{SCHEMA_VERSION}): missing column(s) {', '.join(missing)}",
+                path=path,
+            )
+    for name, (typ, _nullable, _doc) in COLUMNS.items():
+        if name not in names or (only is not None and name != only):
+            continue
+        got = schema.field(name).type
+        if got != typ and not (pa.types.is_dictionary(typ) and got in (pa.string(), pa.large_string())):
+            raise SchemaError(f"column '{name}' has type {got}, expected {typ}", path=path)
+
+
+def _check_unread(pf: pq.ParquetFile, schema: pa.Schema, read: list[str], path: str) -> None:
+    """The contract on the columns a partial read skipped, as a full read would check it: every
+    column present and of its type (the footer's schema), and no nulls where none are allowed and
+    values inside their ranges (the row groups' statistics). A column whose statistics are missing
+    or show a violation is read (with op_id, to name the op) and checked as in a full read."""
+    _check_columns(schema, path)
+    meta = pf.metadata
+    leaf = {pf.schema.column(j).path: j for j in range(meta.num_columns)}
+    suspect = []
+    for name, (_typ, nullable, _doc) in COLUMNS.items():
+        limits = VALUE_RANGES.get(name)
+        if name in read or (nullable and limits is None):
+            continue
+        for i in range(meta.num_row_groups):
+            st = meta.row_group(i).column(leaf[name]).statistics if name in leaf else None
+            if (st is None or not st.has_null_count or (not nullable and st.null_count)
+                    or (limits is not None and st.null_count < meta.row_group(i).num_rows
+                        and not (st.has_min_max and limits[0] <= st.min and st.max <= limits[1]))):
+                suspect.append(name)
+                break
+    if suspect:
+        validate_table(pf.read(columns=["op_id", *suspect]), path, partial=True)
 
 
 def _check_ranges(table: pa.Table, path: str | None) -> None:
@@ -292,8 +328,9 @@ def _decode_metadata(schema: pa.Schema, path: str) -> dict[str, Any]:
 
 
 def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> Trace:
-    """Read and validate a trace. ``columns`` restricts the columns read (validation then
-    only covers those)."""
+    """Read and validate a trace. ``columns`` restricts the columns read; the file is still held
+    to the whole contract: the columns read are checked as in a full read, the others from the
+    footer (schema, row-group statistics), read only where their statistics cannot vouch for them."""
     path = str(path)
     schema = _read_schema(path)
     meta = _decode_metadata(schema, path)
@@ -302,12 +339,11 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> Tra
         # imports pandas (~0.5 s of a replay's start-up); the table read is the same
         with pq.ParquetFile(path) as pf:
             table = pf.read(columns=columns)
+            if columns is not None:  # the rest of the contract, from the footer (no column read)
+                validate_table(table, path, partial=True)
+                _check_unread(pf, schema, list(columns), path)
     except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as exc:
         raise TraceFormatError(f"unreadable Parquet data ({str(exc).splitlines()[0]})", path=path) from None
-    if columns is not None:  # ParquetFile.read skips a requested column the file lacks: refuse it
-        missing = [c for c in columns if c not in table.schema.names]
-        if missing:
-            raise SchemaError(f"not a Fastrack trace (schema v{SCHEMA_VERSION}): missing column(s) "
-                              f"{', '.join(missing)}", path=path)
-    validate_table(table, path, partial=columns is not None)
+    if columns is None:
+        validate_table(table, path)
     return Trace(table=table.replace_schema_metadata(None), metadata=meta, path=path)
