@@ -115,17 +115,22 @@ def entry_times(graph: OpGraph, sched: Schedule) -> np.ndarray:
     """When each node was reached: its start, except for a blocking call (``sync`` op): the time
     its thread reached the call (its release and every prerequisite other than the GPU work it
     waits for). The wait between the two belongs to the call's span, as it does in a trace."""
-    sy = graph.kind == OpKind.SYNC
-    if not sy.any():
+    sy = np.flatnonzero(graph.kind == OpKind.SYNC)
+    if not sy.size:
         return sched.start
-    dst = np.repeat(np.arange(graph.n, dtype=np.int64), np.diff(graph.dep_ptr))
-    e = np.flatnonzero(sy[dst] & (graph.dep_kind != DepKind.SYNC))
+    # the edges of the blocking calls only, in edge order, and the call each belongs to
+    lo, counts = graph.dep_ptr[sy], graph.dep_ptr[sy + 1] - graph.dep_ptr[sy]
+    owner = np.repeat(np.arange(sy.size), counts)  # index into sy
+    first = np.cumsum(counts) - counts
+    e = np.repeat(lo - first, counts) + np.arange(owner.size, dtype=np.int64)
+    keep = graph.dep_kind[e] != DepKind.SYNC
+    e, owner = e[keep], owner[keep]
     src = graph.dep_src[e]
     bound = np.where(graph.dep_kind[e] == DepKind.LAUNCH, sched.start[src], sched.finish[src]) + graph.dep_lag[e]
-    entry = graph.release.astype(np.int64, copy=True)
-    np.maximum.at(entry, dst[e], bound)
+    entry = graph.release[sy].astype(np.int64, copy=True)
+    np.maximum.at(entry, owner, bound)
     out = sched.start.copy()
-    out[sy] = np.minimum(sched.start[sy], entry[sy])
+    out[sy] = np.minimum(sched.start[sy], entry)
     return out
 
 
@@ -160,15 +165,39 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
 
 
 def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Unique keys and, per key, the min or max of each column (one sort, no Python loop)."""
-    order = np.argsort(keys, kind="stable")
-    k = keys[order]
-    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    """Unique keys (ascending) and, per key, the min or max of each column, in linear time: keys
+    (non-negative) index a table directly when they are dense (ranks), else are hashed (Arrow's
+    dictionary encoding) and only the distinct keys are sorted."""
+    keys = np.asarray(keys, np.int64)
+    if keys.size == 0:
+        return keys, [np.zeros(0, v.dtype) for v, _ in cols]
+    lo, hi = int(keys.min()), int(keys.max())
+    if lo >= 0 and hi <= 4 * keys.size + 1024:
+        present = np.bincount(keys, minlength=hi + 1) > 0
+        uniq = np.flatnonzero(present)
+        code, size = keys, hi + 1
+    else:
+        import pyarrow as pa
+
+        # (from the buffer: pa.array of a numpy array would import pandas)
+        enc = pa.Array.from_buffers(pa.int64(), keys.size, [None, pa.py_buffer(np.ascontiguousarray(keys))])
+        enc = enc.dictionary_encode()
+        seen = np.frombuffer(enc.dictionary.buffers()[1], np.int64, count=len(enc.dictionary),
+                             offset=enc.dictionary.offset * 8)
+        by_value = np.argsort(seen)
+        rank_of = np.empty(by_value.size, np.int64)
+        rank_of[by_value] = np.arange(by_value.size)
+        idx = enc.indices
+        code = rank_of[np.frombuffer(idx.buffers()[1], np.int32, count=len(idx), offset=idx.offset * 4)]
+        uniq, size = seen[by_value], by_value.size
+        present = None
     out = []
     for values, how in cols:
-        fn = np.minimum if how == "min" else np.maximum
-        out.append(fn.reduceat(values[order], first))
-    return k[first], out
+        info = np.iinfo(values.dtype)
+        acc = np.full(size, info.max if how == "min" else info.min, values.dtype)
+        (np.minimum if how == "min" else np.maximum).at(acc, code, values)
+        out.append(acc[uniq] if present is not None else acc)
+    return uniq, out
 
 
 def step_spans(graph: OpGraph, sched: Schedule, entered: np.ndarray | None = None) -> list[dict[str, int]]:
