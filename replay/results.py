@@ -139,17 +139,25 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
     entered = entry_times(graph, sched)
     ur, (s0, s1) = _group_reduce(rank, (entered, "min"), (sched.finish, "max"))
     ranks = [int(r) for r in ur]
+    # the measured nodes (every node of a captured replay: then no index copies)
     cap = np.flatnonzero(graph.captured_start >= 0)
-    cr, (c0, c1) = _group_reduce(rank[cap], (graph.captured_start[cap], "min"),
-                                 (graph.captured_start[cap] + graph.captured_dur[cap], "max"))
+    whole = cap.size == graph.n
+    c_rank = rank if whole else rank[cap]
+    c_start = graph.captured_start if whole else graph.captured_start[cap]
+    c_end = c_start + (graph.captured_dur if whole else graph.captured_dur[cap])
+    cr, (c0, c1) = _group_reduce(c_rank, (c_start, "min"), (c_end, "max"))
     cap_span = dict(zip(cr.tolist(), (c1 - c0).tolist()))
     per_rank = [RankSpan(rank=int(r), makespan_ns=int(b - a), captured_span_ns=int(cap_span.get(int(r), 0)))
                 for r, a, b in zip(ur.tolist(), s0, s1)]
     makespan = int(sched.finish.max() - entered.min())
     # captured span of the whole job: ranks' clocks aligned by the same shifts as the replay
-    shift = graph.rank_shift[rank[cap]] if graph.rank_shift.size > int(rank.max()) else 0
-    captured_span = int((graph.captured_start[cap] + graph.captured_dur[cap] + shift).max()
-                        - (graph.captured_start[cap] + shift).min()) if cap.size else 0
+    if not cap.size:
+        captured_span = 0
+    elif graph.rank_shift.size > int(rank.max()) and graph.rank_shift.any():
+        shift = graph.rank_shift[c_rank]
+        captured_span = int((c_end + shift).max() - (c_start + shift).min())
+    else:  # no shift (or no shift per rank): as measured
+        captured_span = int(c_end.max() - c_start.min())
     return ReplayResult(
         protocol=protocol,
         makespan_ns=makespan,
@@ -206,12 +214,19 @@ def step_spans(graph: OpGraph, sched: Schedule, entered: np.ndarray | None = Non
     if not has.size:
         return []
     entered = entry_times(graph, sched) if entered is None else entered
-    keys = (graph.rank[has].astype(np.int64) << 32) | graph.step[has].astype(np.int64)
-    uk, (s0, s1) = _group_reduce(keys, (entered[has], "min"), (sched.finish[has], "max"))
-    cap = has[graph.captured_start[has] >= 0]
-    ckeys = (graph.rank[cap].astype(np.int64) << 32) | graph.step[cap].astype(np.int64)
-    cuk, (c0, c1) = _group_reduce(ckeys, (graph.captured_start[cap], "min"),
-                                  (graph.captured_start[cap] + graph.captured_dur[cap], "max"))
+    every = has.size == graph.n  # (then no index copies)
+
+    def pick(a, idx):
+        return a if every and idx is has else a[idx]
+
+    keys = pick(graph.rank, has).astype(np.int64) << 32
+    keys |= pick(graph.step, has)
+    uk, (s0, s1) = _group_reduce(keys, (pick(entered, has), "min"), (pick(sched.finish, has), "max"))
+    measured = pick(graph.captured_start, has) >= 0
+    cap = has if measured.all() else has[measured]
+    ckeys = keys if cap is has else keys[measured]
+    c_start = pick(graph.captured_start, cap)
+    cuk, (c0, c1) = _group_reduce(ckeys, (c_start, "min"), (c_start + pick(graph.captured_dur, cap), "max"))
     cap_span = dict(zip(cuk.tolist(), (c1 - c0).tolist()))
     return [{"rank": int(k >> 32), "step": int(k & 0xFFFFFFFF), "makespan_ns": int(b - a),
              "captured_span_ns": int(cap_span.get(int(k), 0))} for k, a, b in zip(uk.tolist(), s0, s1)]

@@ -68,3 +68,33 @@ def test_entry_times_and_summary_match(seed, ranks):
     uk, (t0, t1) = reference_group_reduce(keys, (entered[has], "min"), (s.finish[has], "max"))
     assert [(x["rank"] << 32 | x["step"], x["makespan_ns"]) for x in d["steps"]] == list(zip(uk.tolist(),
                                                                                            (t1 - t0).tolist()))
+
+
+def reference_step_spans(graph, sched, entered):
+    has = np.flatnonzero(graph.step >= 0)
+    if not has.size:
+        return []
+    keys = (graph.rank[has].astype(np.int64) << 32) | graph.step[has].astype(np.int64)
+    uk, (s0, s1) = reference_group_reduce(keys, (entered[has], "min"), (sched.finish[has], "max"))
+    cap = has[graph.captured_start[has] >= 0]
+    ckeys = (graph.rank[cap].astype(np.int64) << 32) | graph.step[cap].astype(np.int64)
+    cuk, (c0, c1) = reference_group_reduce(ckeys, (graph.captured_start[cap], "min"),
+                                           (graph.captured_start[cap] + graph.captured_dur[cap], "max"))
+    cap_span = dict(zip(cuk.tolist(), (c1 - c0).tolist()))
+    return [{"rank": int(k >> 32), "step": int(k & 0xFFFFFFFF), "makespan_ns": int(b - a),
+             "captured_span_ns": int(cap_span.get(int(k), 0))} for k, a, b in zip(uk.tolist(), s0, s1)]
+
+
+@pytest.mark.parametrize("protocol", ["captured", "baseline"])
+def test_step_spans_match_with_derived_nodes(protocol):
+    """A CC protocol adds derived nodes (no measured time, step -1 or inherited): the partial paths."""
+    from replay.run import replay_graph
+
+    g = build_graph(trace_in_memory(random_table(2000, 4, ranks=2), {"source_format": "synthetic"}))
+    rep = replay_graph(g, protocol)
+    g2, s = rep.graph, rep.schedule
+    if protocol != "captured":
+        assert np.any(g2.captured_start < 0)
+    entered = reference_entry_times(g2, s)
+    assert np.array_equal(results.entry_times(g2, s), entered)
+    assert results.step_spans(g2, s, entered) == reference_step_spans(g2, s, entered)
