@@ -10,7 +10,9 @@ from setuptools import Extension, setup
 CXX_FLAGS = ["-std=c++17", "-O2"]
 
 # (module name, sources, include directories)
-ACCELERATORS: list[tuple[str, list[str], list[str]]] = []
+ACCELERATORS: list[tuple[str, list[str], list[str]]] = [
+    ("replay._build", ["replay/_build.cpp"], []),  # graph builder's edge passes (replay/build.py)
+]
 
 setup(ext_modules=[Extension(name, sources, include_dirs=includes, extra_compile_args=CXX_FLAGS, language="c++",
                              optional=True) for name, sources, includes in ACCELERATORS])

@@ -39,6 +39,11 @@ from fastrack.traceio import Trace, as_numpy
 from replay import causal
 from replay.graph import KIND_CATEGORY, Lanes, LaneType, OpGraph
 
+try:  # the compiled edge passes (setup.py ACCELERATORS); without them, their numpy twin
+    from replay import _build as _native
+except ImportError:
+    _native = None
+
 _STREAM_KEY_SHIFT = 40  # lane key of a stream: device << 40 | stream
 _NONE = np.iinfo(np.int64).min // 4  # "no prerequisite" in segment maxima
 _GPU_KINDS = [int(k) for k in (OpKind.KERNEL, OpKind.MEMCPY, OpKind.MEMSET, OpKind.COLLECTIVE)]
@@ -172,7 +177,8 @@ def build_graph(trace: Trace) -> OpGraph:
     del is_coll
 
     on_gpu = _ON_GPU[kind]
-    lag, calib = _causal_lags(src_e, dst_e, kinds_e, start, finish, dur, kind, on_gpu, rank, op_id, grouped)
+    lag, calib = _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, on_gpu, rank, op_id,
+                              grouped)
 
     # a node enters at its measured time when nothing but the GPU work it waits for precedes it (the
     # first op of a thread, a GPU op the profiler saw no launch of); a blocking call still starts
@@ -274,75 +280,23 @@ def _unique_rows(rank: np.ndarray, on_gpu: np.ndarray, key: np.ndarray) -> tuple
     return stacked[change], inverse
 
 
-def _causal_lags(src_e, dst_e, kinds_e, start, finish, dur, kind, on_gpu, rank, op_id, grouped):
+def _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, on_gpu, rank, op_id, grouped):
     """Edge lags (returned, with the :class:`Calibration`) and node durations (``dur``, changed in
     place) of the causal graph (rules: :mod:`replay.causal`). ``grouped``: barrier-group members,
-    or None when there are none."""
-    n = dur.shape[0]
-    lag = np.zeros(src_e.shape[0], np.int64)
-    li = np.flatnonzero(kinds_e == DepKind.LAUNCH)
-    si = np.flatnonzero(kinds_e == DepKind.STREAM)
-    not_l = np.flatnonzero(kinds_e != DepKind.LAUNCH)
-    l_src, l_dst = src_e[li], dst_e[li]
-    s_src, s_dst = src_e[si], dst_e[si]
-    l_start = start[l_src]  # the launching call's start
-    s_fin = finish[s_src]  # the stream predecessor's finish
-    g = start[s_dst] - s_fin  # the measured gap on each STREAM edge
-    l2s = np.maximum(0, start[l_dst] - l_start)
-    # launch latency per rank: launch-to-start of ops whose other prerequisites were all done
-    # (measured overlap on the stream included) when the launching call started
-    nl_dst = dst_e[not_l]
-    fin_src = finish[src_e]  # the prerequisite's finish, per edge
-    bound = fin_src.copy()
-    bound[si] += np.minimum(0, g)
-    other_done = _segment_max(nl_dst, bound[not_l], n)
-    l_rank = rank[l_dst].astype(np.int64)
-    idle = other_done[l_dst] <= l_start
-    del other_done
-    latency = causal.per_rank_percentile(l_rank[idle], l2s[idle], causal.LAUNCH_LATENCY_PERCENTILE)
-    samples = causal.per_rank_count(l_rank[idle])
-    for r, v in causal.per_rank_percentile(l_rank, l2s, 0.0).items():
-        latency.setdefault(r, v)  # no launch-bound op: the smallest launch-to-start bounds it
-        samples.setdefault(r, 0)
-    del idle, l2s
-    l_lag = causal.lookup(latency, l_rank)
-    lag[li] = l_lag
-    # stream: measured back-to-back gaps kept, larger gaps replaced by the rank's typical gap
-    s_rank = rank[s_dst].astype(np.int64)
-    # a gap is the GPU's own back-to-back gap only when the op was queued behind its predecessor:
-    # its launch (call start + the rank's latency) had arrived by the time the predecessor ended.
-    # An op whose launch arrived later was launch-bound; its gap says when the host launched it,
-    # which a what-if that changes the host must not keep.
-    launch_arrival = _segment_max(l_dst, l_start + l_lag, n)
-    del l_lag
-    queued = launch_arrival[s_dst] <= s_fin
-    b2b = (g >= 0) & (g <= causal.BACK_TO_BACK_MAX_NS) & queued
-    del queued
-    typical = causal.per_rank_percentile(s_rank[b2b], g[b2b], 50.0)
-    keep = (g < 0) | b2b
-    lag[si] = np.where(keep, g, np.minimum(g, causal.lookup(typical, s_rank)))
-    del keep, b2b, g, s_rank
-    # every other finish-to-start edge: the earliest start its prerequisites allow, measured times
-    # (a LAUNCH edge binds at the call's start plus its lag: that is the launch arrival)
-    bound[:] = fin_src
-    bound += lag
-    ready = np.maximum(_segment_max(nl_dst, bound[not_l], n), launch_arrival)
-    del bound, launch_arrival, nl_dst, not_l
-    # PROGRAM: idle CPU time after the binding prerequisite stays host time
-    pi = np.flatnonzero(kinds_e == DepKind.PROGRAM)
-    p_dst = dst_e[pi]
-    lag[pi] = np.maximum(0, start[p_dst] - ready[p_dst])
+    or None when there are none. The passes over the edges run compiled (``replay._build``) when
+    it is built, else in numpy; both give the same lags."""
+    passes = _edge_passes_native if _native is not None else _edge_passes_numpy
+    lag, ready, sync_done, halves, latency, samples, typical = passes(src_e, dst_e, kinds_e, dep_ptr, start, finish,
+                                                                      kind, rank)
     # blocking calls (sync ops): the wait comes out of the replay, only the return after the awaited
     # GPU work is kept as duration
-    yi = np.flatnonzero(kinds_e == DepKind.SYNC)
-    sync_done = _segment_max(dst_e[yi], fin_src[yi], n)
-    del fin_src
     is_sync = (kind == OpKind.SYNC) & (sync_done > _NONE)
     waited = is_sync & (sync_done > start)
     dur[waited] = np.maximum(0, finish[waited] - sync_done[waited])
     # the first half of a split blocking call (it launched the op its sync half waits for) keeps
     # only the launch itself; the rest of it was waiting for the stream
-    _trim_blocking_halves(src_e[pi], p_dst, l_src, l_dst, src_e[yi], dst_e[yi], dur, kind, rank, latency)
+    if halves.size:
+        dur[halves] = np.minimum(dur[halves], causal.lookup(latency, rank[halves].astype(np.int64)))
     # report what the recorded prerequisites do not explain
     calib = causal.Calibration(launch_latency_ns=latency, launch_samples=samples, back_to_back_ns=typical)
     gpu = (ready > _NONE) & on_gpu  # a group member waits for its peers:
@@ -365,14 +319,115 @@ def _causal_lags(src_e, dst_e, kinds_e, start, finish, dur, kind, on_gpu, rank, 
     return lag, calib
 
 
-def _trim_blocking_halves(p_src, p_dst, l_src, l_dst, y_src, y_dst, dur, kind, rank, latency) -> None:
-    """A runtime op followed by a sync op that waits for a GPU op the runtime op launched is the
-    first half of a blocking call: its duration beyond the launch latency was waiting. (Edges by
-    kind: PROGRAM ``p_*``, LAUNCH ``l_*``, SYNC ``y_*``.)"""
-    n = dur.shape[0]
+def _launch_latency(l_rank, l2s, idle):
+    """Per rank: the launch latency (percentile of the launch-bound ops' launch-to-start times, or
+    the smallest launch-to-start where none was launch-bound) and the number of samples."""
+    latency = causal.per_rank_percentile(l_rank[idle], l2s[idle], causal.LAUNCH_LATENCY_PERCENTILE)
+    samples = causal.per_rank_count(l_rank[idle])
+    for r, v in causal.per_rank_percentile(l_rank, l2s, 0.0).items():
+        latency.setdefault(r, v)  # no launch-bound op: the smallest launch-to-start bounds it
+        samples.setdefault(r, 0)
+    return latency, samples
+
+
+def _stream_lags(s_rank, g, b2b):
+    """STREAM edge lags: measured back-to-back gaps and overlap kept, larger gaps replaced by the
+    rank's typical gap (never more than measured); and the typical gap per rank."""
+    typical = causal.per_rank_percentile(s_rank[b2b], g[b2b], 50.0)
+    keep = (g < 0) | b2b
+    return np.where(keep, g, np.minimum(g, causal.lookup(typical, s_rank))), typical
+
+
+def _edge_passes_native(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, rank):
+    """:func:`_edge_passes_numpy` with its edge loops compiled (``replay._build``)."""
+    n, m = start.shape[0], src_e.shape[0]
+    nl = int(np.count_nonzero(kinds_e == DepKind.LAUNCH))
+    ns = int(np.count_nonzero(kinds_e == DepKind.STREAM))
+    l_rank, l2s, idle = np.empty(nl, np.int64), np.empty(nl, np.int64), np.empty(nl, bool)
+    _native.launch_samples(dep_ptr, src_e, kinds_e, start, finish, rank, l_rank, l2s, idle)
+    latency, samples = _launch_latency(l_rank, l2s, idle)
+    del l2s, idle
+    l_lag = causal.lookup(latency, l_rank)
+    del l_rank
+    lag, arrival = np.zeros(m, np.int64), np.empty(n, np.int64)
+    s_rank, g, b2b = np.empty(ns, np.int64), np.empty(ns, np.int64), np.empty(ns, bool)
+    _native.stream_samples(dep_ptr, src_e, kinds_e, start, finish, rank, l_lag, causal.BACK_TO_BACK_MAX_NS, lag,
+                           arrival, s_rank, g, b2b)
+    del l_lag
+    s_lag, typical = _stream_lags(s_rank, g, b2b)
+    del s_rank, g, b2b
+    ready, sync_done, half = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, bool)
+    _native.settle(dep_ptr, src_e, kinds_e, start, finish, kind, s_lag, lag, arrival, ready, sync_done, half)
+    return lag, ready, sync_done, np.flatnonzero(half), latency, samples, typical
+
+
+def _edge_passes_numpy(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, rank):
+    """The passes over the edges: returns (lag per edge, ready, sync_done, halves, launch latency
+    per rank, its samples, typical back-to-back gap per rank). ``ready``: per node, the earliest
+    start its prerequisites allow with these lags (``_NONE`` without any); ``sync_done``: the
+    latest finish of the GPU work a node waits for (SYNC edges; ``_NONE`` without); ``halves``:
+    the runtime ops that are the first half of a split blocking call."""
+    n = start.shape[0]
+    lag = np.zeros(src_e.shape[0], np.int64)
+    li = np.flatnonzero(kinds_e == DepKind.LAUNCH)
+    si = np.flatnonzero(kinds_e == DepKind.STREAM)
+    not_l = np.flatnonzero(kinds_e != DepKind.LAUNCH)
+    l_src, l_dst = src_e[li], dst_e[li]
+    s_src, s_dst = src_e[si], dst_e[si]
+    l_start = start[l_src]  # the launching call's start
+    s_fin = finish[s_src]  # the stream predecessor's finish
+    g = start[s_dst] - s_fin  # the measured gap on each STREAM edge
+    l2s = np.maximum(0, start[l_dst] - l_start)
+    # launch latency per rank: launch-to-start of ops whose other prerequisites were all done
+    # (measured overlap on the stream included) when the launching call started
+    nl_dst = dst_e[not_l]
+    fin_src = finish[src_e]  # the prerequisite's finish, per edge
+    bound = fin_src.copy()
+    bound[si] += np.minimum(0, g)
+    other_done = _segment_max(nl_dst, bound[not_l], n)
+    l_rank = rank[l_dst].astype(np.int64)
+    idle = other_done[l_dst] <= l_start
+    del other_done
+    latency, samples = _launch_latency(l_rank, l2s, idle)
+    del idle, l2s
+    l_lag = causal.lookup(latency, l_rank)
+    lag[li] = l_lag
+    # stream: a gap is the GPU's own back-to-back gap only when the op was queued behind its
+    # predecessor: its launch (call start + the rank's latency) had arrived by the time the
+    # predecessor ended. An op whose launch arrived later was launch-bound; its gap says when the
+    # host launched it, which a what-if that changes the host must not keep.
+    s_rank = rank[s_dst].astype(np.int64)
+    launch_arrival = _segment_max(l_dst, l_start + l_lag, n)
+    del l_lag
+    queued = launch_arrival[s_dst] <= s_fin
+    b2b = (g >= 0) & (g <= causal.BACK_TO_BACK_MAX_NS) & queued
+    del queued
+    lag[si], typical = _stream_lags(s_rank, g, b2b)
+    del b2b, g, s_rank
+    # every other finish-to-start edge: the earliest start its prerequisites allow, measured times
+    # (a LAUNCH edge binds at the call's start plus its lag: that is the launch arrival)
+    bound[:] = fin_src
+    bound += lag
+    ready = np.maximum(_segment_max(nl_dst, bound[not_l], n), launch_arrival)
+    del bound, launch_arrival, nl_dst, not_l
+    # PROGRAM: idle CPU time after the binding prerequisite stays host time
+    pi = np.flatnonzero(kinds_e == DepKind.PROGRAM)
+    p_dst = dst_e[pi]
+    lag[pi] = np.maximum(0, start[p_dst] - ready[p_dst])
+    yi = np.flatnonzero(kinds_e == DepKind.SYNC)
+    sync_done = _segment_max(dst_e[yi], fin_src[yi], n)
+    halves = _blocking_halves(src_e[pi], p_dst, l_src, l_dst, src_e[yi], dst_e[yi], kind)
+    return lag, ready, sync_done, halves, latency, samples, typical
+
+
+def _blocking_halves(p_src, p_dst, l_src, l_dst, y_src, y_dst, kind) -> np.ndarray:
+    """The runtime ops followed by a sync op that waits for a GPU op the runtime op launched: the
+    first halves of blocking calls, whose duration beyond the launch latency was waiting. (Edges
+    by kind: PROGRAM ``p_*``, LAUNCH ``l_*``, SYNC ``y_*``.)"""
+    n = kind.shape[0]
     pe = np.flatnonzero((kind[p_dst] == OpKind.SYNC) & (kind[p_src] == OpKind.RUNTIME))
     if not pe.size:
-        return
+        return pe
     before = np.full(n, -1, np.int64)  # the runtime op just before each such sync op
     before[p_dst[pe]] = p_src[pe]
     launcher = np.full(n, -1, np.int64)
@@ -380,9 +435,7 @@ def _trim_blocking_halves(p_src, p_dst, l_src, l_dst, y_src, y_dst, dur, kind, r
     h = before[y_dst]
     is_half = np.zeros(n, bool)
     is_half[h[(h >= 0) & (launcher[y_src] == h)]] = True
-    halves = np.flatnonzero(is_half)
-    if halves.size:
-        dur[halves] = np.minimum(dur[halves], causal.lookup(latency, rank[halves].astype(np.int64)))
+    return np.flatnonzero(is_half)
 
 
 def _collective_groups(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -44,6 +44,19 @@ def assert_same_graph(a, b) -> None:
             assert x == y, f"field {f.name} differs"
 
 
+NATIVE = build._native  # replay._build, when it is built (setup.py build_ext --inplace)
+
+
+@pytest.fixture(params=["native", "numpy"])
+def edge_passes(request, monkeypatch):
+    """Both forms of the builder's edge passes: the compiled one (skipped where it is not built)
+    and its numpy twin."""
+    if request.param == "native" and NATIVE is None:
+        pytest.skip("replay._build is not built")
+    monkeypatch.setattr(build, "_native", NATIVE if request.param == "native" else None)
+    return request.param
+
+
 def both(trace):
     got = build.build_graph(trace)
     assert_same_graph(got, build_reference.build_graph(trace))
@@ -97,11 +110,11 @@ def chunked(table, cuts):
     return pa.concat_tables([table.slice(a, b - a) for a, b in zip(edges, edges[1:]) if b > a])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 1500), seed=st.integers(0, 2**31), ranks=st.integers(1, 4), streams=st.integers(1, 5),
        variant=st.sampled_from(["plain", "shuffled", "collectives", "chunked", "all"]),
        spread=st.sampled_from([0, 3_000, 20_000, 200_000]))
-def test_random_traces_build_the_same_graph(n, seed, ranks, streams, variant, spread):
+def test_random_traces_build_the_same_graph(edge_passes, n, seed, ranks, streams, variant, spread):
     rng = np.random.default_rng(seed)
     table = random_table(max(n, ranks), seed, ranks=ranks, streams=streams)
     if spread:
@@ -129,7 +142,7 @@ def real_traces(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["a100_cuda_event_sync_tiny.json.gz", "h100_bert_small_uncased.json.gz",
                                   "v100_dlrm_8rank"])
-def test_real_traces_build_the_same_graph(real_traces, name):
+def test_real_traces_build_the_same_graph(edge_passes, real_traces, name):
     path = real_traces[name]
     g = both(read_trace(path))
     if name == "v100_dlrm_8rank":  # the barrier groups and rank clock shifts are exercised
@@ -147,7 +160,7 @@ def test_graph_columns_are_all_a_build_reads():
         Trace(table=lean, metadata={}, path=None)))
 
 
-def test_errors_are_the_same():
+def test_errors_are_the_same(edge_passes):
     base = random_table(50, 1).to_pydict()
     dangling = dict(base, deps=[*base["deps"][:-1], [10_000]], dep_kinds=[*base["dep_kinds"][:-1], [0]])
     loop = dict(base, deps=[*base["deps"][:-1], [49]], dep_kinds=[*base["dep_kinds"][:-1], [0]])
@@ -204,3 +217,24 @@ def test_per_rank_tables_match_their_definitions(samples, q):
         got = causal.lookup(table, probe, default)
         assert got.dtype == np.int64
         assert np.array_equal(got, build_reference.causal.lookup(table, probe, default))
+
+
+@pytest.mark.skipif(NATIVE is None, reason="replay._build is not built")
+def test_native_passes_refuse_wrong_arrays():
+    ptr = np.array([0, 0, 1], np.int64)
+    src, kinds = np.array([0], np.int64), np.array([int(DepKind.LAUNCH)], np.uint8)
+    start = finish = np.zeros(2, np.int64)
+    rank = np.zeros(2, np.int32)
+    out = (np.empty(1, np.int64), np.empty(1, np.int64), np.empty(1, bool))
+    NATIVE.launch_samples(ptr, src, kinds, start, finish, rank, *out)
+    assert out[1][0] == 0 and out[2][0]
+    with pytest.raises(TypeError):  # int32 where int64 is expected
+        NATIVE.launch_samples(ptr.astype(np.int32), src, kinds, start, finish, rank, *out)
+    with pytest.raises(ValueError):  # an output of the wrong length
+        NATIVE.launch_samples(ptr, src, kinds, start, finish, rank, np.empty(2, np.int64), *out[1:])
+    with pytest.raises(ValueError):  # an edge to a node that does not exist
+        NATIVE.launch_samples(ptr, np.array([5], np.int64), kinds, start, finish, rank, *out)
+    with pytest.raises((TypeError, ValueError, BufferError)):  # a read-only output
+        ro = np.empty(1, np.int64)
+        ro.flags.writeable = False
+        NATIVE.launch_samples(ptr, src, kinds, start, finish, rank, ro, *out[1:])
