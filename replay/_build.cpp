@@ -284,7 +284,59 @@ PyObject *settle(PyObject *, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+// first_self_loop(dep_ptr, src): the first edge (in edge order) from a node to itself, or -1.
+PyObject *first_self_loop(PyObject *, PyObject *args) {
+    PyObject *a[2];
+    if (!PyArg_UnpackTuple(args, "first_self_loop", 2, 2, &a[0], &a[1])) return nullptr;
+    Buf ptr, src;
+    if (!ptr.get(a[0], "dep_ptr", 8, I64, false) || !src.get(a[1], "src", 8, I64, false)) return nullptr;
+    Py_ssize_t n = ptr.len() - 1;
+    const int64_t *pp = ptr.ptr<int64_t>(), *ss = src.ptr<int64_t>();
+    if (n < 0 || pp[0] != 0 || pp[n] != src.len()) {
+        PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr does not span the edges");
+        return nullptr;
+    }
+    for (Py_ssize_t v = 0; v < n; ++v) {
+        if (pp[v + 1] < pp[v]) {
+            PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr is not non-decreasing");
+            return nullptr;
+        }
+        for (int64_t e = pp[v]; e < pp[v + 1]; ++e)
+            if (ss[e] == v) return PyLong_FromLongLong(e);
+    }
+    return PyLong_FromLongLong(-1);
+}
+
+// has_other_edge(dep_ptr, kinds, kind, out): out[v] = 1 when node v has an edge of a kind other
+// than ``kind``.
+PyObject *has_other_edge(PyObject *, PyObject *args) {
+    PyObject *a[4];
+    if (!PyArg_UnpackTuple(args, "has_other_edge", 4, 4, &a[0], &a[1], &a[2], &a[3])) return nullptr;
+    long k = PyLong_AsLong(a[2]);
+    if (k == -1 && PyErr_Occurred()) return nullptr;
+    Buf ptr, kinds, out;
+    if (!ptr.get(a[0], "dep_ptr", 8, I64, false) || !kinds.get(a[1], "kinds", 1, U8, false) ||
+        !out.get(a[3], "out", 1, BOOL, true))
+        return nullptr;
+    Py_ssize_t n = ptr.len() - 1;
+    const int64_t *pp = ptr.ptr<int64_t>();
+    if (n < 0 || !same_len(out, n, "out") || pp[0] != 0 || pp[n] != kinds.len()) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr does not span the edges");
+        return nullptr;
+    }
+    const uint8_t *kk = kinds.ptr<uint8_t>();
+    bool *o = out.ptr<bool>();
+    for (Py_ssize_t v = 0; v < n; ++v) {
+        bool any = false;
+        for (int64_t e = pp[v]; e < pp[v + 1] && !any; ++e) any = kk[e] != k;
+        o[v] = any;
+    }
+    Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"first_self_loop", first_self_loop, METH_VARARGS, "The first edge from a node to itself, or -1."},
+    {"has_other_edge", has_other_edge, METH_VARARGS, "Per node: has an edge of another kind than the one given."},
     {"launch_samples", launch_samples, METH_VARARGS, "Per LAUNCH edge: rank, launch-to-start, launch-bound."},
     {"stream_samples", stream_samples, METH_VARARGS, "LAUNCH lags and arrivals; per STREAM edge: rank, gap, b2b."},
     {"settle", settle, METH_VARARGS, "STREAM and PROGRAM lags, ready, sync_done, split-call halves."},

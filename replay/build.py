@@ -96,6 +96,11 @@ def _column(table: pa.Table, name: str, dtype) -> np.ndarray:
     return _as(as_numpy(table.column(name)), dtype)
 
 
+def _dependents(ptr: np.ndarray) -> np.ndarray:
+    """The dependent node of each edge of a CSR edge list (``ptr``: n + 1 offsets)."""
+    return np.repeat(np.arange(ptr.shape[0] - 1, dtype=np.int64), np.diff(ptr))
+
+
 def _segment_max(dst: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Per node, the max of ``values`` over its edges (``dst``: the dependent node of each edge);
     ``_NONE`` for nodes without an edge. Values are times, far above ``_NONE``."""
@@ -136,32 +141,41 @@ def build_graph(trace: Trace) -> OpGraph:
     dep_ids = _as(as_numpy(deps.values), np.int64)[base: base + m]
     dk_base = int(as_numpy(dep_kinds.offsets)[0])
     kinds_e = _as(as_numpy(dep_kinds.values), np.uint8)[dk_base: dk_base + m]
-    dst_e = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr_in))
+    # the dependent op of each edge (the compiled passes walk dep_ptr instead: made only if needed)
+    dst_e = _dependents(ptr_in) if _native is None else None
 
     # --- op id -> index ---
     if n and op_id[0] == 0 and op_id[-1] == n - 1 and np.all(op_id[1:] > op_id[:-1]):
         # the usual 0..n-1: an id is its index
         src_e = dep_ids
-        dangling = (dep_ids < 0) | (dep_ids >= n)
+        dangling = (dep_ids < 0) | (dep_ids >= n) if m and (dep_ids.min() < 0 or dep_ids.max() >= n) else None
     else:
         order_ids = np.argsort(op_id, kind="stable")
         sorted_ids = op_id[order_ids]
         pos_c = np.minimum(np.searchsorted(sorted_ids, dep_ids), n - 1)
         dangling = sorted_ids[pos_c] != dep_ids
         src_e = order_ids[pos_c]
-    if np.any(dangling):
+    if dangling is not None and np.any(dangling):
         e = int(np.flatnonzero(dangling)[0])
+        op = np.searchsorted(ptr_in, e, side="right") - 1  # the op whose deps hold edge e
         raise GraphError(
-            f"op {int(op_id[dst_e[e]])} depends on op {int(dep_ids[e])}, which is not in the trace "
+            f"op {int(op_id[op])} depends on op {int(dep_ids[e])}, which is not in the trace "
             f"({int(dangling.sum())} dangling dependencies)", path=path)
     del dangling
-    self_loop = np.flatnonzero(src_e == dst_e)
-    if self_loop.size:
-        raise GraphError(f"op {int(op_id[dst_e[self_loop[0]]])} depends on itself", path=path)
+    if dst_e is not None:
+        self_loop = np.flatnonzero(src_e == dst_e)
+        loop = int(self_loop[0]) if self_loop.size else -1
+    else:
+        loop = _native.first_self_loop(ptr_in, src_e)
+    if loop >= 0:
+        raise GraphError(f"op {int(op_id[np.searchsorted(ptr_in, loop, side='right') - 1])} depends on itself",
+                         path=path)
 
     # --- collective groups (COLLECTIVE deps are group membership, not edges) ---
     is_coll = kinds_e == DepKind.COLLECTIVE
     if is_coll.any():
+        if dst_e is None:
+            dst_e = _dependents(ptr_in)
         group = _collective_groups(n, src_e[is_coll], dst_e[is_coll])
         keep = ~is_coll
         src_e, dst_e, kinds_e = src_e[keep], dst_e[keep], kinds_e[keep]
@@ -184,7 +198,11 @@ def build_graph(trace: Trace) -> OpGraph:
     # first op of a thread, a GPU op the profiler saw no launch of); a blocking call still starts
     # only when that work is done
     enters = np.zeros(n, bool)
-    enters[dst_e[kinds_e != DepKind.SYNC]] = True
+    if _native is not None:
+        _native.has_other_edge(dep_ptr, kinds_e, int(DepKind.SYNC), enters)
+    else:
+        enters[dst_e[kinds_e != DepKind.SYNC]] = True
+    del dst_e
     shift = _rank_clock_shifts(group, rank, finish)
     del finish
     order = start + shift[rank] if shift.any() else start.copy()
