@@ -457,50 +457,60 @@ def _blocking_halves(p_src, p_dst, l_src, l_dst, y_src, y_dst, kind) -> np.ndarr
 
 
 def _collective_groups(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Barrier group of every node: the smallest node index of its connected component over the
+    COLLECTIVE deps (``src`` -> ``dst``); -1 for nodes in none. Minimum-label propagation with
+    pointer jumping over the members only (a handful of rounds; each is linear)."""
     group = np.full(n, -1, np.int64)
     if src.size == 0:
         return group
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        root = x
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while parent.get(x, x) != root:
-            parent[x], x = root, parent[x]
-        return root
-
-    for a, b in zip(src.tolist(), dst.tolist()):
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    members = sorted(set(src.tolist()) | set(dst.tolist()))
-    for m in members:
-        group[m] = find(m)
+    members = np.unique(np.concatenate([src, dst]))  # sorted: a smaller index is a smaller node
+    a, b = np.searchsorted(members, src), np.searchsorted(members, dst)
+    label = np.arange(members.size)  # always a member of the same component, never above its own
+    while True:
+        low = np.minimum(label[a], label[b])
+        np.minimum.at(label, a, low)
+        np.minimum.at(label, b, low)
+        while True:  # pointer jumping: a label's label is in the same component, and lower
+            up = label[label]
+            if np.array_equal(up, label):
+                break
+            label = up
+        if np.array_equal(label[a], label[b]):
+            break
+    group[members] = members[label]
     return group
 
 
 def _rank_clock_shifts(group: np.ndarray, rank: np.ndarray, finish: np.ndarray) -> np.ndarray:
     """Offset of each rank's clock, from its collectives: every member of a collective finishes
     at the same real time, so ``finish + shift[rank]`` should agree within a group. The shift of
-    rank r is the median, over the groups r shares with the lowest grouped rank, of the
-    difference of their finishes; shifts are made non-negative. Ranks without collectives: 0."""
+    rank r is the median (as ``int(np.median)``: the mean of the two middle values when their
+    number is even, truncated), over the groups r shares with the lowest grouped rank, of the
+    difference of their finishes (that rank's last member in a group is its reference); shifts
+    are made non-negative. Ranks without collectives: 0."""
     nranks = int(rank.max()) + 1 if rank.size else 1
     shift = np.zeros(nranks, np.int64)
     idx = np.flatnonzero(group >= 0)
     if idx.size == 0:
         return shift
-    r0 = int(rank[idx].min())
-    ref = {}
-    for g, r, f in zip(group[idx].tolist(), rank[idx].tolist(), finish[idx].tolist()):
-        if r == r0:
-            ref[g] = f
-    diffs: dict[int, list[int]] = {}
-    for g, r, f in zip(group[idx].tolist(), rank[idx].tolist(), finish[idx].tolist()):
-        if r != r0 and g in ref:
-            diffs.setdefault(r, []).append(ref[g] - f)
-    for r, d in diffs.items():
-        shift[r] = int(np.median(d))
+    g, r, f = group[idx], rank[idx].astype(np.int64), finish[idx]
+    r0 = int(r.min())
+    first = r == r0
+    g0, f0 = g[first], f[first]
+    ref_groups, from_end = np.unique(g0[::-1], return_index=True)  # each group's last r0 member
+    ref = f0[g0.size - 1 - from_end]
+    other = ~first & np.isin(g, ref_groups)
+    d = ref[np.searchsorted(ref_groups, g[other])] - f[other]
+    dr = r[other]
+    if d.size:
+        order = np.lexsort((d, dr))
+        d, dr = d[order], dr[order]
+        start = np.flatnonzero(np.r_[True, dr[1:] != dr[:-1]])
+        count = np.diff(np.r_[start, d.size])
+        hi = start + count // 2
+        lo = np.where(count % 2 == 1, hi, hi - 1)
+        median = (d[lo].astype(np.float64) + d[hi].astype(np.float64)) / 2.0
+        shift[dr[start]] = median.astype(np.int64)
     return shift - shift.min()
 
 

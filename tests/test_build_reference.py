@@ -238,3 +238,22 @@ def test_native_passes_refuse_wrong_arrays():
         ro = np.empty(1, np.int64)
         ro.flags.writeable = False
         NATIVE.launch_samples(ptr, src, kinds, start, finish, rank, ro, *out[1:])
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 40), data=st.data())
+def test_collective_groups_are_the_union_find(n, data):
+    edges = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))
+    src = np.array([a for a, _ in edges], np.int64)
+    dst = np.array([b for _, b in edges], np.int64)
+    assert np.array_equal(build._collective_groups(n, src, dst), build_reference._collective_groups(n, src, dst))
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 40), data=st.data())
+def test_rank_clock_shifts_are_the_medians(n, data):
+    group = np.array(data.draw(st.lists(st.integers(-1, 6), min_size=n, max_size=n)), np.int64)
+    rank = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int32)
+    finish = np.array(data.draw(st.lists(st.integers(0, 2**50), min_size=n, max_size=n)), np.int64)
+    got = build._rank_clock_shifts(group, rank, finish)
+    assert got.dtype == np.int64 and np.array_equal(got, build_reference._rank_clock_shifts(group, rank, finish))
