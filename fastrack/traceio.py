@@ -97,6 +97,12 @@ def as_numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+def one_chunk(col: pa.ChunkedArray) -> pa.Array:
+    """A column as one Arrow array: its only chunk as it is (``combine_chunks`` copies even a single
+    chunk), else the chunks concatenated."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 _NUMPY_OF = {pa.int8(): np.dtype(np.int8), pa.int16(): np.dtype(np.int16), pa.int32(): np.dtype(np.int32),
              pa.int64(): np.dtype(np.int64), pa.uint8(): np.dtype(np.uint8), pa.uint16(): np.dtype(np.uint16),
              pa.uint32(): np.dtype(np.uint32), pa.uint64(): np.dtype(np.uint64),
@@ -165,13 +171,15 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
                               f"{', '.join(OP_KIND_BY_LABEL)}", path=path)
     if "deps" not in names or "dep_kinds" not in names:
         return
-    dk = table.column("dep_kinds").combine_chunks()
-    dk_values = as_numpy(dk.values) if len(dk) else np.zeros(0, np.uint8)
+    dk = one_chunk(table.column("dep_kinds"))
+    dk_values = as_numpy(dk.flatten()) if len(dk) else np.zeros(0, np.uint8)
     if dk_values.size and int(dk_values.max()) > max(DepKind):
         raise SchemaError(f"field 'dep_kinds' has unknown code {int(dk_values.max())}", path=path)
-    d = table.column("deps").combine_chunks()
-    if len(d) and not np.array_equal(as_numpy(d.offsets), as_numpy(dk.offsets)):
-        raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
+    d = one_chunk(table.column("deps"))
+    if len(d):
+        d_off, dk_off = as_numpy(d.offsets), as_numpy(dk.offsets)  # (of a slice: not from 0)
+        if not np.array_equal(d_off - d_off[0], dk_off - dk_off[0]):
+            raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
 
 
 def _check_columns(schema: pa.Schema, path: str | None, partial: bool = False, only: str | None = None) -> None:

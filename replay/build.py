@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from fastrack.errors import GraphError
 from fastrack.schema import COPY_DIR_BY_LABEL, HOST_MEM_BY_LABEL, DepKind, OpKind
-from fastrack.traceio import Trace, as_numpy
+from fastrack.traceio import Trace, as_numpy, one_chunk
 from replay import causal
 from replay.graph import KIND_CATEGORY, Lanes, LaneType, OpGraph
 
@@ -61,7 +61,7 @@ GRAPH_COLUMNS = ("op_id", "rank", "device", "thread", "stream", "kind", "name", 
 
 def _dict_codes(table: pa.Table, name: str, mapping: dict, default: int) -> np.ndarray:
     """Map a dictionary-encoded string column to int8 codes via ``mapping``."""
-    col = table.column(name).combine_chunks()
+    col = one_chunk(table.column(name))
     if not pa.types.is_dictionary(col.type):
         col = col.dictionary_encode()
     labels = col.dictionary.to_pylist()
@@ -80,7 +80,7 @@ def _dict_codes(table: pa.Table, name: str, mapping: dict, default: int) -> np.n
 
 
 def _names(table: pa.Table) -> tuple[np.ndarray, tuple[str, ...]]:
-    col = table.column("name").combine_chunks()
+    col = one_chunk(table.column("name"))
     if not pa.types.is_dictionary(col.type):
         col = col.dictionary_encode()
     col = col.unify_dictionaries() if hasattr(col, "unify_dictionaries") else col
@@ -130,8 +130,8 @@ def build_graph(trace: Trace) -> OpGraph:
     finish = start + captured_dur
 
     # --- dependencies: CSR by dependent op, in trace order (so already grouped by dependent) ---
-    deps = t.column("deps").combine_chunks()
-    dep_kinds = t.column("dep_kinds").combine_chunks()
+    deps = one_chunk(t.column("deps"))
+    dep_kinds = one_chunk(t.column("dep_kinds"))
     offsets = as_numpy(deps.offsets)
     base = int(offsets[0])
     ptr_in = offsets.astype(np.int64)

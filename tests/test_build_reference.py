@@ -104,6 +104,12 @@ def jittered(table, rng, spread_ns: int):
     return make_table(d)
 
 
+def sliced(table, rows: int):
+    """The same rows as one chunk that is a slice (Arrow offsets not at 0, list offsets not from 0)."""
+    prefix = table.slice(0, min(rows, table.num_rows))
+    return pa.concat_tables([prefix, table]).combine_chunks().slice(prefix.num_rows)
+
+
 def chunked(table, cuts):
     """The same rows in several Arrow chunks (sliced buffers with offsets)."""
     edges = [0, *sorted(set(cuts)), table.num_rows]
@@ -112,7 +118,7 @@ def chunked(table, cuts):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 1500), seed=st.integers(0, 2**31), ranks=st.integers(1, 4), streams=st.integers(1, 5),
-       variant=st.sampled_from(["plain", "shuffled", "collectives", "chunked", "all"]),
+       variant=st.sampled_from(["plain", "shuffled", "collectives", "chunked", "sliced", "all"]),
        spread=st.sampled_from([0, 3_000, 20_000, 200_000]))
 def test_random_traces_build_the_same_graph(edge_passes, n, seed, ranks, streams, variant, spread):
     rng = np.random.default_rng(seed)
@@ -123,6 +129,9 @@ def test_random_traces_build_the_same_graph(edge_passes, n, seed, ranks, streams
         table = with_collectives(table, rng, groups=int(rng.integers(1, 6)))
     if variant in ("shuffled", "all"):
         table = shuffled(table, rng, int(rng.integers(0, 1000)))
+    if variant == "sliced":
+        table = sliced(table, int(rng.integers(1, 50)))
+        assert table.column("deps").num_chunks == 1 and table.column("deps").chunk(0).offset > 0
     if variant in ("chunked", "all"):
         table = chunked(table, rng.integers(1, table.num_rows + 1, size=3).tolist())
     both(memory_trace(table))
