@@ -180,6 +180,9 @@ def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.n
     if keys.size == 0:
         return keys, [np.zeros(0, v.dtype) for v, _ in cols]
     lo, hi = int(keys.min()), int(keys.max())
+    if lo == hi:  # one key (one rank): plain reductions
+        return keys[:1].copy(), [np.array([values.min() if how == "min" else values.max()], values.dtype)
+                                 for values, how in cols]
     if lo >= 0 and hi <= 4 * keys.size + 1024:
         present = np.bincount(keys, minlength=hi + 1) > 0
         uniq = np.flatnonzero(present)
@@ -318,9 +321,13 @@ def resource_usage(graph: OpGraph, sched: Schedule, makespan: int) -> list[dict[
     to, and utilisation is relative to that size."""
     lanes = graph.lanes
     on_lane = graph.lane >= 0
-    busy = np.bincount(graph.lane[on_lane], weights=(sched.finish - sched.start)[on_lane],
-                       minlength=len(lanes)).astype(np.int64)
-    count = np.bincount(graph.lane[on_lane], minlength=len(lanes))
+    if on_lane.all():  # (every node of a trace's graph: no index copies)
+        lane, took = graph.lane, sched.finish - sched.start
+    else:
+        lane, took = graph.lane[on_lane], (sched.finish - sched.start)[on_lane]
+    busy = np.bincount(lane, weights=took, minlength=len(lanes)).astype(np.int64)
+    count = np.bincount(lane, minlength=len(lanes))
+    del lane, took
     holders = np.flatnonzero(graph.hold_lane >= 0)
     held = sched.finish[graph.hold_until[holders]] - sched.start[holders]
     busy += np.bincount(graph.hold_lane[holders], weights=np.maximum(held, 0), minlength=len(lanes)).astype(np.int64)
