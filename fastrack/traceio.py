@@ -158,9 +158,9 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
     if table.num_rows == 0:
         raise SchemaError("empty trace: no operations", path=path)
     _check_ranges(table, path)
-    if "op_id" in names:
+    if "op_id" in names and not _increasing(table.column("op_id")):
         ids = as_numpy(table.column("op_id"))
-        if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != ids.size:
+        if np.unique(ids).size != ids.size:
             u, c = np.unique(ids, return_counts=True)
             raise SchemaError(f"field 'op_id' is not unique: op {int(u[c > 1][0])} appears {int(c[c > 1][0])} times",
                               path=path)
@@ -171,15 +171,32 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
                               f"{', '.join(OP_KIND_BY_LABEL)}", path=path)
     if "deps" not in names or "dep_kinds" not in names:
         return
-    dk = one_chunk(table.column("dep_kinds"))
-    dk_values = as_numpy(dk.flatten()) if len(dk) else np.zeros(0, np.uint8)
-    if dk_values.size and int(dk_values.max()) > max(DepKind):
-        raise SchemaError(f"field 'dep_kinds' has unknown code {int(dk_values.max())}", path=path)
-    d = one_chunk(table.column("deps"))
-    if len(d):
-        d_off, dk_off = as_numpy(d.offsets), as_numpy(dk.offsets)  # (of a slice: not from 0)
-        if not np.array_equal(d_off - d_off[0], dk_off - dk_off[0]):
-            raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
+    d_col, dk_col = table.column("deps"), table.column("dep_kinds")
+    if [len(c) for c in d_col.chunks] == [len(c) for c in dk_col.chunks]:  # chunk by chunk, no copy
+        pairs = list(zip(d_col.chunks, dk_col.chunks))
+    else:
+        pairs = [(one_chunk(d_col), one_chunk(dk_col))]
+    top = max((int(as_numpy(dk.flatten()).max()) for _, dk in pairs if len(dk.flatten())), default=0)
+    if top > max(DepKind):
+        raise SchemaError(f"field 'dep_kinds' has unknown code {top}", path=path)
+    for d, dk in pairs:
+        if len(d):
+            d_off, dk_off = as_numpy(d.offsets), as_numpy(dk.offsets)  # (of a slice: not from 0)
+            if not np.array_equal(d_off - d_off[0], dk_off - dk_off[0]):
+                raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
+
+
+def _increasing(col: pa.ChunkedArray) -> bool:
+    """Whether a (non-null integer) column strictly increases, chunk by chunk (no copy)."""
+    last = None
+    for c in col.chunks:
+        if not len(c):
+            continue
+        v = as_numpy(c)
+        if not np.all(v[1:] > v[:-1]) or (last is not None and v[0] <= last):
+            return False
+        last = v[-1]
+    return True
 
 
 def _check_columns(schema: pa.Schema, path: str | None, partial: bool = False, only: str | None = None) -> None:
