@@ -135,13 +135,15 @@ def entry_times(graph: OpGraph, sched: Schedule) -> np.ndarray:
 
 
 def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) -> ReplayResult:
-    rank = graph.rank.astype(np.int64)
+    rank = graph.rank
     entered = entry_times(graph, sched)
     ur, (s0, s1) = _group_reduce(rank, (entered, "min"), (sched.finish, "max"))
     ranks = [int(r) for r in ur]
     # the measured nodes (every node of a captured replay: then no index copies)
-    cap = np.flatnonzero(graph.captured_start >= 0)
-    whole = cap.size == graph.n
+    measured = graph.captured_start >= 0
+    whole = bool(measured.all())
+    cap = None if whole else np.flatnonzero(measured)
+    del measured
     c_rank = rank if whole else rank[cap]
     c_start = graph.captured_start if whole else graph.captured_start[cap]
     c_end = c_start + (graph.captured_dur if whole else graph.captured_dur[cap])
@@ -151,13 +153,14 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
                 for r, a, b in zip(ur.tolist(), s0, s1)]
     makespan = int(sched.finish.max() - entered.min())
     # captured span of the whole job: ranks' clocks aligned by the same shifts as the replay
-    if not cap.size:
+    if not c_start.size:
         captured_span = 0
     elif graph.rank_shift.size > int(rank.max()) and graph.rank_shift.any():
         shift = graph.rank_shift[c_rank]
         captured_span = int((c_end + shift).max() - (c_start + shift).min())
     else:  # no shift (or no shift per rank): as measured
         captured_span = int(c_end.max() - c_start.min())
+    del c_rank, c_start, c_end, cap
     return ReplayResult(
         protocol=protocol,
         makespan_ns=makespan,
@@ -173,16 +176,16 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
 
 
 def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Unique keys (ascending) and, per key, the min or max of each column, in linear time: keys
-    (non-negative) index a table directly when they are dense (ranks), else are hashed (Arrow's
-    dictionary encoding) and only the distinct keys are sorted."""
-    keys = np.asarray(keys, np.int64)
+    """Unique keys (ascending, int64) and, per key, the min or max of each column, in linear time:
+    integer keys (non-negative) index a table directly when they are dense (ranks), else are
+    hashed (Arrow's dictionary encoding) and only the distinct keys are sorted."""
+    keys = np.asarray(keys)
     if keys.size == 0:
-        return keys, [np.zeros(0, v.dtype) for v, _ in cols]
+        return keys.astype(np.int64), [np.zeros(0, v.dtype) for v, _ in cols]
     lo, hi = int(keys.min()), int(keys.max())
     if lo == hi:  # one key (one rank): plain reductions
-        return keys[:1].copy(), [np.array([values.min() if how == "min" else values.max()], values.dtype)
-                                 for values, how in cols]
+        return np.array([lo], np.int64), [np.array([values.min() if how == "min" else values.max()], values.dtype)
+                                          for values, how in cols]
     if lo >= 0 and hi <= 4 * keys.size + 1024:
         present = np.bincount(keys, minlength=hi + 1) > 0
         uniq = np.flatnonzero(present)
@@ -191,7 +194,8 @@ def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.n
         import pyarrow as pa
 
         # (from the buffer: pa.array of a numpy array would import pandas)
-        enc = pa.Array.from_buffers(pa.int64(), keys.size, [None, pa.py_buffer(np.ascontiguousarray(keys))])
+        keys = np.ascontiguousarray(keys, np.int64)
+        enc = pa.Array.from_buffers(pa.int64(), keys.size, [None, pa.py_buffer(keys)])
         enc = enc.dictionary_encode()
         seen = np.frombuffer(enc.dictionary.buffers()[1], np.int64, count=len(enc.dictionary),
                              offset=enc.dictionary.offset * 8)
@@ -213,20 +217,23 @@ def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.n
 
 def step_spans(graph: OpGraph, sched: Schedule, entered: np.ndarray | None = None) -> list[dict[str, int]]:
     """Replayed and captured span of every (rank, step) the trace marks."""
-    has = np.flatnonzero(graph.step >= 0)
-    if not has.size:
+    valid = graph.step >= 0
+    every = bool(valid.all())  # (then no index copies)
+    has = None if every else np.flatnonzero(valid)
+    del valid
+    if has is not None and not has.size:
         return []
     entered = entry_times(graph, sched) if entered is None else entered
-    every = has.size == graph.n  # (then no index copies)
 
     def pick(a, idx):
         return a if every and idx is has else a[idx]
 
-    keys = pick(graph.rank, has).astype(np.int64) << 32
+    keys = pick(graph.rank, has).astype(np.int64)
+    keys <<= 32
     keys |= pick(graph.step, has)
     uk, (s0, s1) = _group_reduce(keys, (pick(entered, has), "min"), (pick(sched.finish, has), "max"))
     measured = pick(graph.captured_start, has) >= 0
-    cap = has if measured.all() else has[measured]
+    cap = has if measured.all() else (np.flatnonzero(measured) if has is None else has[measured])
     ckeys = keys if cap is has else keys[measured]
     c_start = pick(graph.captured_start, cap)
     cuk, (c0, c1) = _group_reduce(ckeys, (c_start, "min"), (c_start + pick(graph.captured_dur, cap), "max"))

@@ -98,3 +98,9 @@ def test_step_spans_match_with_derived_nodes(protocol):
     entered = reference_entry_times(g2, s)
     assert np.array_equal(results.entry_times(g2, s), entered)
     assert results.step_spans(g2, s, entered) == reference_step_spans(g2, s, entered)
+    # every node in a step but not every node measured, and no node in a step
+    for step in (np.maximum(g2.step, 0), np.full(g2.n, -1, np.int32)):
+        g3 = g2.replace(step=step)
+        assert results.step_spans(g3, s, entered) == reference_step_spans(g3, s, entered)
+    d = results.summarize(g2, s, protocol, g.n).to_dict()
+    assert d["captured_span_ns"] > 0 and len(d["per_rank"]) == 2
