@@ -15,6 +15,7 @@ ACCELERATORS: list[tuple[str, list[str], list[str]]] = [
     # under replay/cpp/fastrack are the same core the gem5 driver compiles (MANIFEST.in ships them)
     ("replay._engine", ["replay/cpp/engine_module.cpp"], ["replay/cpp"]),
     ("tracegen.importers._jsonscan", ["tracegen/importers/src/jsonscan.cpp"], []),  # JSON guard scan (jsondepth.py)
+    ("replay._build", ["replay/cpp/build_module.cpp"], []),  # graph builder's edge passes (replay/build.py)
 ]
 
 setup(ext_modules=[Extension(name, sources, include_dirs=includes, extra_compile_args=CXX_FLAGS, language="c++",

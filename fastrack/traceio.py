@@ -65,6 +65,14 @@ class Trace:
     def num_ops(self) -> int:
         return self.table.num_rows
 
+    def drop_columns(self) -> "Trace":
+        """Drop the table's columns in place (``num_ops``, metadata and path stay) and hand their
+        memory back to the system; returns this trace. For a reader that has taken what it needs
+        from a trace it read itself (replay.run.load_graph)."""
+        self.table = self.table.select([])
+        pa.default_memory_pool().release_unused()
+        return self
+
     def column(self, name: str) -> np.ndarray:
         """A column as numpy (dictionary columns decoded to an object array of str/None)."""
         col = self.table.column(name)
@@ -87,6 +95,12 @@ def as_numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if not parts:
         return np.zeros(0, dtype)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def one_chunk(col: pa.ChunkedArray) -> pa.Array:
+    """A column as one Arrow array: its only chunk as it is (``combine_chunks`` copies even a single
+    chunk), else the chunks concatenated."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 _NUMPY_OF = {pa.int8(): np.dtype(np.int8), pa.int16(): np.dtype(np.int16), pa.int32(): np.dtype(np.int32),
@@ -134,26 +148,19 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
     """Check a table against the contract: columns, types, values. Raises SchemaError.
     ``partial``: the table holds only some columns (a reader asked for them); check those."""
     names = table.schema.names
-    missing = [c for c in COLUMNS if c not in names]
-    if missing and not partial:
-        raise SchemaError(
-            f"not a Fastrack trace (schema v{SCHEMA_VERSION}): missing column(s) {', '.join(missing)}",
-            path=path,
-        )
-    for name, (typ, nullable, _doc) in COLUMNS.items():
+    for name, (_typ, nullable, _doc) in COLUMNS.items():
         if name not in names:
             continue
-        got = table.schema.field(name).type
-        if got != typ and not (pa.types.is_dictionary(typ) and got in (pa.string(), pa.large_string())):
-            raise SchemaError(f"column '{name}' has type {got}, expected {typ}", path=path)
+        _check_columns(table.schema, path, partial, only=name)
         if not nullable and table.column(name).null_count:
             raise SchemaError(f"column '{name}' has {table.column(name).null_count} null value(s)", path=path)
+    _check_columns(table.schema, path, partial)
     if table.num_rows == 0:
         raise SchemaError("empty trace: no operations", path=path)
     _check_ranges(table, path)
-    if "op_id" in names:
+    if "op_id" in names and not _increasing(table.column("op_id")):
         ids = as_numpy(table.column("op_id"))
-        if not np.all(ids[1:] > ids[:-1]) and np.unique(ids).size != ids.size:
+        if np.unique(ids).size != ids.size:
             u, c = np.unique(ids, return_counts=True)
             raise SchemaError(f"field 'op_id' is not unique: op {int(u[c > 1][0])} appears {int(c[c > 1][0])} times",
                               path=path)
@@ -164,13 +171,75 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
                               f"{', '.join(OP_KIND_BY_LABEL)}", path=path)
     if "deps" not in names or "dep_kinds" not in names:
         return
-    dk = table.column("dep_kinds").combine_chunks()
-    dk_values = as_numpy(dk.values) if len(dk) else np.zeros(0, np.uint8)
-    if dk_values.size and int(dk_values.max()) > max(DepKind):
-        raise SchemaError(f"field 'dep_kinds' has unknown code {int(dk_values.max())}", path=path)
-    d = table.column("deps").combine_chunks()
-    if len(d) and not np.array_equal(as_numpy(d.offsets), as_numpy(dk.offsets)):
-        raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
+    d_col, dk_col = table.column("deps"), table.column("dep_kinds")
+    if [len(c) for c in d_col.chunks] == [len(c) for c in dk_col.chunks]:  # chunk by chunk, no copy
+        pairs = list(zip(d_col.chunks, dk_col.chunks))
+    else:
+        pairs = [(one_chunk(d_col), one_chunk(dk_col))]
+    top = max((int(as_numpy(dk.flatten()).max()) for _, dk in pairs if len(dk.flatten())), default=0)
+    if top > max(DepKind):
+        raise SchemaError(f"field 'dep_kinds' has unknown code {top}", path=path)
+    for d, dk in pairs:
+        if len(d):
+            d_off, dk_off = as_numpy(d.offsets), as_numpy(dk.offsets)  # (of a slice: not from 0)
+            if not np.array_equal(d_off - d_off[0], dk_off - dk_off[0]):
+                raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
+
+
+def _increasing(col: pa.ChunkedArray) -> bool:
+    """Whether a (non-null integer) column strictly increases, chunk by chunk (no copy)."""
+    last = None
+    for c in col.chunks:
+        if not len(c):
+            continue
+        v = as_numpy(c)
+        if not np.all(v[1:] > v[:-1]) or (last is not None and v[0] <= last):
+            return False
+        last = v[-1]
+    return True
+
+
+def _check_columns(schema: pa.Schema, path: str | None, partial: bool = False, only: str | None = None) -> None:
+    """Every column of the contract present (unless ``partial``) and of its type (``only``: check
+    that one column's type)."""
+    names = schema.names
+    if only is None:
+        missing = [c for c in COLUMNS if c not in names]
+        if missing and not partial:
+            raise SchemaError(
+                f"not a Fastrack trace (schema v{SCHEMA_VERSION}): missing column(s) {', '.join(missing)}",
+                path=path,
+            )
+    for name, (typ, _nullable, _doc) in COLUMNS.items():
+        if name not in names or (only is not None and name != only):
+            continue
+        got = schema.field(name).type
+        if got != typ and not (pa.types.is_dictionary(typ) and got in (pa.string(), pa.large_string())):
+            raise SchemaError(f"column '{name}' has type {got}, expected {typ}", path=path)
+
+
+def _check_unread(pf: pq.ParquetFile, schema: pa.Schema, read: list[str], path: str) -> None:
+    """The contract on the columns a partial read skipped, as a full read would check it: every
+    column present and of its type (the footer's schema), and no nulls where none are allowed and
+    values inside their ranges (the row groups' statistics). A column whose statistics are missing
+    or show a violation is read (with op_id, to name the op) and checked as in a full read."""
+    _check_columns(schema, path)
+    meta = pf.metadata
+    leaf = {pf.schema.column(j).path: j for j in range(meta.num_columns)}
+    suspect = []
+    for name, (_typ, nullable, _doc) in COLUMNS.items():
+        limits = VALUE_RANGES.get(name)
+        if name in read or (nullable and limits is None):
+            continue
+        for i in range(meta.num_row_groups):
+            st = meta.row_group(i).column(leaf[name]).statistics if name in leaf else None
+            if (st is None or not st.has_null_count or (not nullable and st.null_count)
+                    or (limits is not None and st.null_count < meta.row_group(i).num_rows
+                        and not (st.has_min_max and limits[0] <= st.min and st.max <= limits[1]))):
+                suspect.append(name)
+                break
+    if suspect:
+        validate_table(pf.read(columns=["op_id", *suspect]), path, partial=True)
 
 
 def _check_ranges(table: pa.Table, path: str | None) -> None:
@@ -284,8 +353,9 @@ def _decode_metadata(schema: pa.Schema, path: str) -> dict[str, Any]:
 
 
 def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> Trace:
-    """Read and validate a trace. ``columns`` restricts the columns read (validation then
-    only covers those)."""
+    """Read and validate a trace. ``columns`` restricts the columns read; the file is still held
+    to the whole contract: the columns read are checked as in a full read, the others from the
+    footer (schema, row-group statistics), read only where their statistics cannot vouch for them."""
     path = str(path)
     schema = _read_schema(path)
     meta = _decode_metadata(schema, path)
@@ -294,12 +364,11 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> Tra
         # imports pandas (~0.5 s of a replay's start-up); the table read is the same
         with pq.ParquetFile(path) as pf:
             table = pf.read(columns=columns)
+            if columns is not None:  # the rest of the contract, from the footer (no column read)
+                validate_table(table, path, partial=True)
+                _check_unread(pf, schema, list(columns), path)
     except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as exc:
         raise TraceFormatError(f"unreadable Parquet data ({str(exc).splitlines()[0]})", path=path) from None
-    if columns is not None:  # ParquetFile.read skips a requested column the file lacks: refuse it
-        missing = [c for c in columns if c not in table.schema.names]
-        if missing:
-            raise SchemaError(f"not a Fastrack trace (schema v{SCHEMA_VERSION}): missing column(s) "
-                              f"{', '.join(missing)}", path=path)
-    validate_table(table, path, partial=columns is not None)
+    if columns is None:
+        validate_table(table, path)
     return Trace(table=table.replace_schema_metadata(None), metadata=meta, path=path)

@@ -100,23 +100,48 @@ class Calibration:
 
 
 def per_rank_percentile(sample_rank: np.ndarray, values: np.ndarray, q: float) -> dict[int, int]:
-    """{rank: q-th percentile of its values} (nearest-rank, integer ns), one sort for all ranks."""
+    """{rank: q-th percentile of its values} (nearest-rank, integer ns), one sort for all ranks
+    (ranks are non-negative; a trace's ranks are dense ids)."""
     if values.size == 0:
         return {}
-    order = np.lexsort((values, sample_rank))
-    r, v = sample_rank[order], values[order]
-    first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
-    counts = np.diff(np.r_[first, r.size])
+    lo, hi = int(sample_rank.min()), int(sample_rank.max())
+    if lo == hi:  # one rank (the usual case): a plain sort
+        r, v = np.full(1, lo), np.sort(values)
+        first, counts = np.zeros(1, np.int64), np.array([values.size])
+    else:
+        order = np.lexsort((values, sample_rank))
+        r, v = sample_rank[order], values[order]
+        first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        counts = np.diff(np.r_[first, r.size])
     pick = first + np.minimum(counts - 1, np.floor(q / 100.0 * (counts - 1) + 0.5).astype(np.int64))
     return dict(zip(r[first].tolist(), v[pick].astype(np.int64).tolist()))
 
 
+def per_rank_count(sample_rank: np.ndarray) -> dict[int, int]:
+    """{rank: number of samples}, ranks ascending (non-negative ranks)."""
+    if sample_rank.size == 0:
+        return {}
+    counts = np.bincount(sample_rank)
+    present = np.flatnonzero(counts)
+    return dict(zip(present.tolist(), counts[present].tolist()))
+
+
 def lookup(per_rank: dict[int, int], rank: np.ndarray, default: np.ndarray | int = 0) -> np.ndarray:
     """Per element of ``rank``, its rank's value (``default`` where the rank has none)."""
-    out = np.broadcast_to(np.asarray(default, np.int64), rank.shape).copy()
-    for r, v in per_rank.items():
-        out[rank == r] = v
-    return out
+    top = max(int(rank.max()), max(per_rank)) if per_rank and rank.size else -1
+    if top < 0 or int(rank.min()) < 0 or min(per_rank) < 0 or top > 4 * rank.size + 1024:  # no dense table
+        out = np.broadcast_to(np.asarray(default, np.int64), rank.shape).copy()
+        for r, v in per_rank.items():
+            out[rank == r] = v
+        return out
+    has = np.zeros(top + 1, bool)
+    table = np.zeros(top + 1, np.int64)
+    keys = np.fromiter(per_rank.keys(), np.int64, len(per_rank))
+    has[keys] = True
+    table[keys] = np.fromiter(per_rank.values(), np.int64, len(per_rank))
+    if np.all(has[rank]) and np.ndim(default) == 0:
+        return table[rank]
+    return np.where(has[rank], table[rank], np.asarray(default, np.int64)).astype(np.int64)
 
 
 def largest(values: np.ndarray, ids: np.ndarray, k: int = 5) -> list[int]:

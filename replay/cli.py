@@ -98,12 +98,12 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
     from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, replay_graph
     from replay.serving import format_serving, has_request_markers, overhead, require_markers, serving_metrics
-    from replay.timeline import check_timeline_target, timeline_facts, write_timeline
     from replay.whatif import parse_scales
 
     scales = parse_scales(scale)
     if timeline:  # refuse a bad target before any work (fastrack.outputs)
         from fastrack.outputs import check_input_path
+        from replay.timeline import check_timeline_target, timeline_facts, write_timeline
 
         check_input_path(trace)
         check_timeline_target(timeline, [trace], overwrite)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import click
 
-from replay.dataparallel import DEFAULT_BUCKET_MB
 from replay.plugins import DEFAULT_MODEL
-from replay.study.executors import DASK_TIMEOUT_S
+
+# (the defaults of --bucket-mb and --dask-timeout are imported by the decorators that use them, so
+# a command without those options does not import replay.dataparallel or replay.study)
 
 def complete_protocols(ctx, param, incomplete: str):
     """Shell completion of protocol names (``captured`` and the installed plug-ins); in a
@@ -95,6 +96,8 @@ def sweep_set_option(func):
 
 def data_parallel_options(func):
     """``--data-parallel`` and ``--bucket-mb`` (-> ``data_parallel``, ``bucket_mb``)."""
+    from replay.dataparallel import DEFAULT_BUCKET_MB
+
     func = click.option("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB, show_default=True,
                         help="DDP gradient bucket size for --data-parallel, MB (MiB, as bucket_cap_mb).")(func)
     func = click.option("--data-parallel", type=int, default=None, metavar="N",
@@ -144,6 +147,8 @@ def executor_options(func):
 
 def dask_timeout_option(func):
     """``--dask-timeout`` -> ``dask_timeout``."""
+    from replay.study.executors import DASK_TIMEOUT_S
+
     return click.option("--dask-timeout", type=click.FloatRange(0.1, 3600), default=DASK_TIMEOUT_S,
                         show_default=True, callback=_finite,
                         help="Seconds to wait for the Dask scheduler and for its first worker.")(func)

@@ -116,36 +116,52 @@ def entry_times(graph: OpGraph, sched: Schedule) -> np.ndarray:
     """When each node was reached: its start, except for a blocking call (``sync`` op): the time
     its thread reached the call (its release and every prerequisite other than the GPU work it
     waits for). The wait between the two belongs to the call's span, as it does in a trace."""
-    sy = graph.kind == OpKind.SYNC
-    if not sy.any():
+    sy = np.flatnonzero(graph.kind == OpKind.SYNC)
+    if not sy.size:
         return sched.start
-    dst = np.repeat(np.arange(graph.n, dtype=np.int64), np.diff(graph.dep_ptr))
-    e = np.flatnonzero(sy[dst] & (graph.dep_kind != DepKind.SYNC))
+    # the edges of the blocking calls only, in edge order, and the call each belongs to
+    lo, counts = graph.dep_ptr[sy], graph.dep_ptr[sy + 1] - graph.dep_ptr[sy]
+    owner = np.repeat(np.arange(sy.size), counts)  # index into sy
+    first = np.cumsum(counts) - counts
+    e = np.repeat(lo - first, counts) + np.arange(owner.size, dtype=np.int64)
+    keep = graph.dep_kind[e] != DepKind.SYNC
+    e, owner = e[keep], owner[keep]
     src = graph.dep_src[e]
     bound = np.where(graph.dep_kind[e] == DepKind.LAUNCH, sched.start[src], sched.finish[src]) + graph.dep_lag[e]
-    entry = graph.release.astype(np.int64, copy=True)
-    np.maximum.at(entry, dst[e], bound)
+    entry = graph.release[sy].astype(np.int64, copy=True)
+    np.maximum.at(entry, owner, bound)
     out = sched.start.copy()
-    out[sy] = np.minimum(sched.start[sy], entry[sy])
+    out[sy] = np.minimum(sched.start[sy], entry)
     return out
 
 
 def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) -> ReplayResult:
-    rank = graph.rank.astype(np.int64)
+    rank = graph.rank
     entered = entry_times(graph, sched)
     ur, (s0, s1) = _group_reduce(rank, (entered, "min"), (sched.finish, "max"))
     ranks = [int(r) for r in ur]
-    cap = np.flatnonzero(graph.captured_start >= 0)
-    cr, (c0, c1) = _group_reduce(rank[cap], (graph.captured_start[cap], "min"),
-                                 (graph.captured_start[cap] + graph.captured_dur[cap], "max"))
+    # the measured nodes (every node of a captured replay: then no index copies)
+    measured = graph.captured_start >= 0
+    whole = bool(measured.all())
+    cap = None if whole else np.flatnonzero(measured)
+    del measured
+    c_rank = rank if whole else rank[cap]
+    c_start = graph.captured_start if whole else graph.captured_start[cap]
+    c_end = c_start + (graph.captured_dur if whole else graph.captured_dur[cap])
+    cr, (c0, c1) = _group_reduce(c_rank, (c_start, "min"), (c_end, "max"))
     cap_span = dict(zip(cr.tolist(), (c1 - c0).tolist()))
     per_rank = [RankSpan(rank=int(r), makespan_ns=int(b - a), captured_span_ns=int(cap_span.get(int(r), 0)))
                 for r, a, b in zip(ur.tolist(), s0, s1)]
     makespan = int(sched.finish.max() - entered.min())
     # captured span of the whole job: ranks' clocks aligned by the same shifts as the replay
-    shift = graph.rank_shift[rank[cap]] if graph.rank_shift.size > int(rank.max()) else 0
-    captured_span = int((graph.captured_start[cap] + graph.captured_dur[cap] + shift).max()
-                        - (graph.captured_start[cap] + shift).min()) if cap.size else 0
+    if not c_start.size:
+        captured_span = 0
+    elif graph.rank_shift.size > int(rank.max()) and graph.rank_shift.any():
+        shift = graph.rank_shift[c_rank]
+        captured_span = int((c_end + shift).max() - (c_start + shift).min())
+    else:  # no shift (or no shift per rank): as measured
+        captured_span = int(c_end.max() - c_start.min())
+    del c_rank, c_start, c_end, cap
     return ReplayResult(
         protocol=protocol,
         makespan_ns=makespan,
@@ -161,29 +177,67 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
 
 
 def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Unique keys and, per key, the min or max of each column (one sort, no Python loop)."""
-    order = np.argsort(keys, kind="stable")
-    k = keys[order]
-    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    """Unique keys (ascending, int64) and, per key, the min or max of each column, in linear time:
+    integer keys (non-negative) index a table directly when they are dense (ranks), else are
+    hashed (Arrow's dictionary encoding) and only the distinct keys are sorted."""
+    keys = np.asarray(keys)
+    if keys.size == 0:
+        return keys.astype(np.int64), [np.zeros(0, v.dtype) for v, _ in cols]
+    lo, hi = int(keys.min()), int(keys.max())
+    if lo == hi:  # one key (one rank): plain reductions
+        return np.array([lo], np.int64), [np.array([values.min() if how == "min" else values.max()], values.dtype)
+                                          for values, how in cols]
+    if lo >= 0 and hi <= 4 * keys.size + 1024:
+        present = np.bincount(keys, minlength=hi + 1) > 0
+        uniq = np.flatnonzero(present)
+        code, size = keys, hi + 1
+    else:
+        import pyarrow as pa
+
+        # (from the buffer: pa.array of a numpy array would import pandas)
+        keys = np.ascontiguousarray(keys, np.int64)
+        enc = pa.Array.from_buffers(pa.int64(), keys.size, [None, pa.py_buffer(keys)])
+        enc = enc.dictionary_encode()
+        seen = np.frombuffer(enc.dictionary.buffers()[1], np.int64, count=len(enc.dictionary),
+                             offset=enc.dictionary.offset * 8)
+        by_value = np.argsort(seen)
+        rank_of = np.empty(by_value.size, np.int64)
+        rank_of[by_value] = np.arange(by_value.size)
+        idx = enc.indices
+        code = rank_of[np.frombuffer(idx.buffers()[1], np.int32, count=len(idx), offset=idx.offset * 4)]
+        uniq, size = seen[by_value], by_value.size
+        present = None
     out = []
     for values, how in cols:
-        fn = np.minimum if how == "min" else np.maximum
-        out.append(fn.reduceat(values[order], first))
-    return k[first], out
+        info = np.iinfo(values.dtype)
+        acc = np.full(size, info.max if how == "min" else info.min, values.dtype)
+        (np.minimum if how == "min" else np.maximum).at(acc, code, values)
+        out.append(acc[uniq] if present is not None else acc)
+    return uniq, out
 
 
 def step_spans(graph: OpGraph, sched: Schedule, entered: np.ndarray | None = None) -> list[dict[str, int]]:
     """Replayed and captured span of every (rank, step) the trace marks."""
-    has = np.flatnonzero(graph.step >= 0)
-    if not has.size:
+    valid = graph.step >= 0
+    every = bool(valid.all())  # (then no index copies)
+    has = None if every else np.flatnonzero(valid)
+    del valid
+    if has is not None and not has.size:
         return []
     entered = entry_times(graph, sched) if entered is None else entered
-    keys = (graph.rank[has].astype(np.int64) << 32) | graph.step[has].astype(np.int64)
-    uk, (s0, s1) = _group_reduce(keys, (entered[has], "min"), (sched.finish[has], "max"))
-    cap = has[graph.captured_start[has] >= 0]
-    ckeys = (graph.rank[cap].astype(np.int64) << 32) | graph.step[cap].astype(np.int64)
-    cuk, (c0, c1) = _group_reduce(ckeys, (graph.captured_start[cap], "min"),
-                                  (graph.captured_start[cap] + graph.captured_dur[cap], "max"))
+
+    def pick(a, idx):
+        return a if every and idx is has else a[idx]
+
+    keys = pick(graph.rank, has).astype(np.int64)
+    keys <<= 32
+    keys |= pick(graph.step, has)
+    uk, (s0, s1) = _group_reduce(keys, (pick(entered, has), "min"), (pick(sched.finish, has), "max"))
+    measured = pick(graph.captured_start, has) >= 0
+    cap = has if measured.all() else (np.flatnonzero(measured) if has is None else has[measured])
+    ckeys = keys if cap is has else keys[measured]
+    c_start = pick(graph.captured_start, cap)
+    cuk, (c0, c1) = _group_reduce(ckeys, (c_start, "min"), (c_start + pick(graph.captured_dur, cap), "max"))
     cap_span = dict(zip(cuk.tolist(), (c1 - c0).tolist()))
     return [{"rank": int(k >> 32), "step": int(k & 0xFFFFFFFF), "makespan_ns": int(b - a),
              "captured_span_ns": int(cap_span.get(int(k), 0))} for k, a, b in zip(uk.tolist(), s0, s1)]
@@ -239,9 +293,13 @@ def resource_usage(graph: OpGraph, sched: Schedule, makespan: int) -> list[dict[
     to, and utilisation is relative to that size."""
     lanes = graph.lanes
     on_lane = graph.lane >= 0
-    busy = np.bincount(graph.lane[on_lane], weights=(sched.finish - sched.start)[on_lane],
-                       minlength=len(lanes)).astype(np.int64)
-    count = np.bincount(graph.lane[on_lane], minlength=len(lanes))
+    if on_lane.all():  # (every node of a trace's graph: no index copies)
+        lane, took = graph.lane, sched.finish - sched.start
+    else:
+        lane, took = graph.lane[on_lane], (sched.finish - sched.start)[on_lane]
+    busy = np.bincount(lane, weights=took, minlength=len(lanes)).astype(np.int64)
+    count = np.bincount(lane, minlength=len(lanes))
+    del lane, took
     holders = np.flatnonzero(graph.hold_lane >= 0)
     held = sched.finish[graph.hold_until[holders]] - sched.start[holders]
     busy += np.bincount(graph.hold_lane[holders], weights=np.maximum(held, 0), minlength=len(lanes)).astype(np.int64)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from fastrack.traceio import Trace, read_trace
-from replay.build import build_graph
+from replay.build import GRAPH_COLUMNS, build_graph
 from replay.dataparallel import DEFAULT_BUCKET_MB, data_parallel_graph
 from replay.engine import Schedule, schedule
 from replay.graph import OpGraph
@@ -60,10 +60,10 @@ def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_
     return Replay(result=result, graph=graph, schedule=sched)
 
 
-def open_trace(path: str | os.PathLike) -> Trace:
+def open_trace(path: str | os.PathLike, columns: Sequence[str] | None = None) -> Trace:
     """A Parquet trace, or any format an installed ``fastrack.importers`` plug-in recognises (Kineto
     JSON, from tracegen) imported in memory. Anything else: the Parquet reader's one-line error,
-    with a hint to convert the file first."""
+    with a hint to convert the file first. ``columns``: read only these of a Parquet trace."""
     from fastrack.errors import TraceFormatError
     from replay.plugins import importer_for
 
@@ -73,7 +73,7 @@ def open_trace(path: str | os.PathLike) -> Trace:
         if importer is not None:
             return importer.load(path)
     try:
-        return read_trace(path)
+        return read_trace(path, columns=list(columns) if columns is not None else None)
     except TraceFormatError as exc:
         if "not a Parquet file" in str(exc):
             raise TraceFormatError(f"{exc.args[0]}; if it is a profiler trace of another format, convert it first "
@@ -82,9 +82,14 @@ def open_trace(path: str | os.PathLike) -> Trace:
 
 
 def load_graph(trace: str | os.PathLike | Trace) -> tuple[OpGraph, Trace]:
-    if not isinstance(trace, Trace):
-        trace = open_trace(trace)
-    return build_graph(trace), trace
+    """The graph of a trace, and the trace. A trace read here from a file is read with only the
+    columns the graph needs and comes back without its table (``num_ops``, ``metadata`` and
+    ``path`` stay), so its memory is freed once the graph is built."""
+    if isinstance(trace, Trace):
+        return build_graph(trace), trace
+    read = open_trace(trace, columns=GRAPH_COLUMNS)
+    graph = build_graph(read)
+    return graph, read.drop_columns()
 
 
 def replay_trace(trace: str | os.PathLike | Trace, protocol: str = CAPTURED, model: str = DEFAULT_MODEL,
