@@ -74,35 +74,29 @@ class GraphEditor:
     def add_nodes(self, kind: DerivedKind, anchor: np.ndarray, lane: np.ndarray, dur: np.ndarray,
                   nbytes: np.ndarray | int = 0, order: np.ndarray | None = None) -> np.ndarray:
         """Append one node of ``kind`` per entry of ``anchor`` (existing node indices); returns
-        the new nodes' indices. ``order`` defaults to the anchors' order key."""
+        the new nodes' indices. ``order`` defaults to the anchors' order key. ``lane``, ``dur``,
+        ``nbytes`` and ``order`` broadcast (a scalar is stored once, not once per node)."""
         anchor = np.asarray(anchor, dtype=np.int64)
         m = anchor.shape[0]
         idx = np.arange(self._count, self._count + m, dtype=np.int64)
         if m == 0:
             return idx
-        g = self.g
         name = self._name_index.get(kind.label)
         if name is None:
             name = len(self._names)
             self._names.append(kind.label)
             self._name_index[kind.label] = name
-        cols = {f: getattr(g, f)[anchor] for f in PROVENANCE}
-        cols.update(
-            op_id=self._op_base + idx - self.n0,
-            kind=np.full(m, int(kind), np.int8),
-            category=np.full(m, int(CATEGORY[kind]), np.int8),
-            lane=np.broadcast_to(np.asarray(lane, np.int32), (m,)).astype(np.int32),
-            dur=np.broadcast_to(np.asarray(dur, np.int64), (m,)).astype(np.int64),
-            bytes=np.broadcast_to(np.asarray(nbytes, np.int64), (m,)).astype(np.int64),
-            name=np.full(m, name, np.int32),
-            order=(g.order[anchor] if order is None else np.broadcast_to(np.asarray(order, np.int64), (m,))).astype(
-                np.int64),
-            release=np.full(m, self._release, np.int64),
-            group=np.full(m, -1, np.int64),
-            captured_start=np.full(m, -1, np.int64),
-            captured_dur=np.full(m, -1, np.int64),
-        )
-        self._nodes.append(cols)
+
+        def column(value, dtype):
+            value = np.asarray(value, dtype)
+            if value.ndim:  # an array: its values now (the caller may change its own later)
+                return np.array(np.broadcast_to(value, (m,)), dtype)
+            return value
+
+        self._nodes.append(_NodeBatch(
+            start=self._count, anchor=anchor.copy(), kind=int(kind), category=int(CATEGORY[kind]), name=name,
+            lane=column(lane, np.int32), dur=column(dur, np.int64), nbytes=column(nbytes, np.int64),
+            order=None if order is None else column(order, np.int64)))
         self._count += m
         return idx
 
@@ -111,13 +105,20 @@ class GraphEditor:
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         src, dst = np.broadcast_arrays(src, dst)
-        lag = np.broadcast_to(np.asarray(lag, np.int64), src.shape)
-        kinds = np.broadcast_to(np.asarray(kind, np.uint8), src.shape)
+        # a scalar kind or lag is kept once for the whole batch
+        lag = np.asarray(lag, np.int64)
+        kind = np.asarray(kind, np.uint8)
+        lag = np.broadcast_to(lag, src.shape) if lag.ndim else lag
+        kind = np.broadcast_to(kind, src.shape) if kind.ndim else kind
         keep = (src >= 0) & (dst >= 0)
-        if not keep.all():
-            src, dst, lag, kinds = src[keep], dst[keep], lag[keep], kinds[keep]
+        if keep.all():
+            src, dst = src.copy(), dst.copy()
+            lag, kind = (v.copy() if v.ndim else v for v in (lag, kind))
+        else:
+            src, dst = src[keep], dst[keep]
+            lag, kind = (v[keep] if v.ndim else v for v in (lag, kind))
         if src.size:
-            self._edges.append((src.copy(), dst.copy(), kinds.astype(np.uint8), lag.astype(np.int64)))
+            self._edges.append((src, dst, kind, lag))
 
     def add_holds(self, holder: np.ndarray, until: np.ndarray, pool_lane: np.ndarray | int) -> None:
         """Node ``holder[i]`` takes a server of pool lane ``pool_lane[i]`` when it is ready to start
@@ -130,54 +131,138 @@ class GraphEditor:
 
     # -------------------------------------------------------------------------------- build
     def build(self) -> OpGraph:
+        """The edited graph. Node arrays: the existing nodes, then every batch in the order added.
+        Edges (CSR by dependent): for each dependent, its existing edges first (in their order),
+        then its new edges in the order they were added: exactly a stable sort of the existing
+        edges followed by the new ones by dependent, computed as a linear merge of the existing
+        CSR with the new edges (stable-sorted by dependent among themselves only)."""
         g = self.g
-        cols = {}
-        for f in NODE_FIELDS:
-            base = self.dur if (f == "dur" and self._dur is not None) else getattr(g, f)
-            parts = [base] + [nd[f] for nd in self._nodes]
-            cols[f] = np.concatenate(parts).astype(base.dtype, copy=False) if len(parts) > 1 else base.copy()
-        n = self._count
-        src = self.edge_src if self._src is not None else g.dep_src
-        lag = self.edge_lag if self._lag is not None else g.dep_lag
-        if self._edges:
-            e_src = np.concatenate([e[0] for e in self._edges])
-            e_dst = np.concatenate([e[1] for e in self._edges])
-            e_kind = np.concatenate([e[2] for e in self._edges])
-            e_lag = np.concatenate([e[3] for e in self._edges])
-            # one stable sort: timsort merges the presorted runs (existing edges are grouped by
-            # dependent; each batch of new edges mostly is), and keeps existing edges first
-            all_dst = np.concatenate([self.edge_dst, e_dst])
-            order = stable_argsort(all_dst)
-            dep_src = np.concatenate([src, e_src])[order]
-            dep_kind = np.concatenate([g.dep_kind, e_kind])[order]
-            dep_lag = np.concatenate([lag, e_lag])[order]
-            counts = np.bincount(all_dst, minlength=n)
-        else:
-            dep_src, dep_kind, dep_lag = src.copy(), g.dep_kind.copy(), lag.copy()
-            counts = np.bincount(self.edge_dst, minlength=n)
-        dep_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(counts, out=dep_ptr[1:])
+        n, n0 = self._count, self.n0
+        cols = {f: self._node_column(f) for f in NODE_FIELDS}
+        dep_ptr, dep_src, dep_kind, dep_lag = self._merged_edges()
         kind_names = dict(g.kind_names)
         kind_names.update(KIND_NAMES)
         hold_lane = np.full(n, NO_LANE, np.int32)
         hold_until = np.full(n, -1, np.int64)
-        hold_lane[: self.n0] = g.hold_lane
-        hold_until[: self.n0] = g.hold_until
+        hold_lane[:n0] = g.hold_lane
+        hold_until[:n0] = g.hold_until
         for holder, until, pool in self._holds:
             hold_lane[holder] = pool
             hold_until[holder] = until
         return OpGraph(
             **cols,
             dep_ptr=dep_ptr,
-            dep_src=dep_src.astype(np.int64, copy=False),
-            dep_kind=dep_kind.astype(np.uint8, copy=False),
-            dep_lag=dep_lag.astype(np.int64, copy=False),
+            dep_src=dep_src,
+            dep_kind=dep_kind,
+            dep_lag=dep_lag,
             lanes=self.lanes,
             names=tuple(self._names),
             kind_names=kind_names,
             hold_lane=hold_lane,
             hold_until=hold_until,
         )
+
+    def _node_column(self, f: str) -> np.ndarray:
+        """Per-node field ``f`` of the built graph, allocated once (dtype: the input graph's)."""
+        g = self.g
+        base = self._dur if (f == "dur" and self._dur is not None) else getattr(g, f)
+        if not self._nodes:
+            return base.copy()
+        out = np.empty(self._count, base.dtype)
+        out[: self.n0] = base
+        for b in self._nodes:
+            part = out[b.start : b.start + b.anchor.shape[0]]
+            if f in PROVENANCE or (f == "order" and b.order is None):
+                np.take(base, b.anchor, out=part)  # (dur is no provenance field: base is g's own)
+            elif f == "order":
+                part[:] = b.order
+            elif f == "op_id":
+                part[:] = np.arange(self._op_base + b.start - self.n0, self._op_base + b.start - self.n0 + part.size,
+                                    dtype=np.int64)
+            else:
+                part[:] = _BATCH_VALUE[f](self, b)
+        return out
+
+    def _merged_edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        g = self.g
+        n, n0 = self._count, self.n0
+        src = self._src if self._src is not None else g.dep_src
+        lag = self._lag if self._lag is not None else g.dep_lag
+        old_ptr = g.dep_ptr
+        e0 = int(src.shape[0])
+        if not self._edges:
+            dep_ptr = np.empty(n + 1, np.int64)
+            dep_ptr[: n0 + 1] = old_ptr
+            dep_ptr[n0 + 1 :] = e0
+            return (dep_ptr, src.astype(np.int64, copy=True), g.dep_kind.astype(np.uint8, copy=True),
+                    lag.astype(np.int64, copy=True))
+        e_dst = np.concatenate([e[1] for e in self._edges]) if len(self._edges) > 1 else self._edges[0][1]
+        m = int(e_dst.shape[0])
+        counts = np.bincount(e_dst, minlength=n)
+        counts[:n0] += np.diff(old_ptr)
+        dep_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=dep_ptr[1:])
+        del counts
+        # the new edges in stable order of their dependent, and where each lands: after every
+        # existing edge of a dependent <= its own, after the new edges sorted before it
+        presorted = m < 2 or bool(np.all(e_dst[1:] >= e_dst[:-1]))
+        order = None if presorted else stable_argsort(e_dst)
+        if order is None:
+            key = e_dst + 1
+        else:
+            key = e_dst[order]
+            key += 1
+        del e_dst
+        np.minimum(key, n0, out=key)
+        pos = np.take(old_ptr, key)
+        del key
+        pos += np.arange(m, dtype=np.int64)
+        total = e0 + m
+        old_slot = np.ones(total, bool)
+        old_slot[pos] = False
+
+        def merged(old: np.ndarray, which: int, dtype) -> np.ndarray:
+            out = np.empty(total, dtype)
+            out[old_slot] = old
+            new = _concat_part(self._edges, which, dtype)
+            out[pos] = new if order is None else new[order]
+            return out
+
+        dep_src = merged(src, 0, np.int64)
+        dep_kind = merged(g.dep_kind, 2, np.uint8)
+        dep_lag = merged(lag, 3, np.int64)
+        return dep_ptr, dep_src, dep_kind, dep_lag
+
+
+class _NodeBatch:
+    """One :meth:`GraphEditor.add_nodes` call: nodes ``start .. start + len(anchor) - 1``."""
+
+    __slots__ = ("start", "anchor", "kind", "category", "name", "lane", "dur", "nbytes", "order")
+
+    def __init__(self, start, anchor, kind, category, name, lane, dur, nbytes, order):
+        self.start, self.anchor, self.kind, self.category, self.name = start, anchor, kind, category, name
+        self.lane, self.dur, self.nbytes, self.order = lane, dur, nbytes, order
+
+
+# what a batch gives each per-node field that is neither provenance, order nor op_id
+_BATCH_VALUE = {
+    "kind": lambda ed, b: b.kind,
+    "category": lambda ed, b: b.category,
+    "lane": lambda ed, b: b.lane,
+    "dur": lambda ed, b: b.dur,
+    "bytes": lambda ed, b: b.nbytes,
+    "name": lambda ed, b: b.name,
+    "release": lambda ed, b: ed._release,
+    "group": lambda ed, b: -1,
+    "captured_start": lambda ed, b: -1,
+    "captured_dur": lambda ed, b: -1,
+}
+
+
+def _concat_part(edges: list, which: int, dtype) -> np.ndarray:
+    """Field ``which`` of every edge batch (src, dst, kind, lag), scalars broadcast, as one array."""
+    parts = [np.broadcast_to(np.asarray(e[which], dtype), e[0].shape) for e in edges]
+    return np.concatenate(parts) if len(parts) > 1 else np.ascontiguousarray(parts[0])
 
 
 def copy_in_edges(ed: GraphEditor, node: np.ndarray, head: np.ndarray) -> None:

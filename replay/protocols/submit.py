@@ -35,10 +35,8 @@ def add_submission(ed: GraphEditor, model, e: np.ndarray | None = None) -> np.nd
     np.maximum.at(per_call, src, cost)  # one submission per call, priced by its most expensive kind
     lag = ed.edge_lag
     lag[e] += per_call[src]
-    launchers = np.unique(src)
+    launchers = np.flatnonzero(per_call > 0)  # the calls with a priced submission, in node order
     total = per_call[launchers]
-    has = total > 0
-    launchers, total = launchers[has], total[has]
     sub = ed.add_nodes(DerivedKind.CC_SUBMIT, launchers, g.lane[launchers], total)
     ed.add_edges(launchers, sub, DepKind.PROGRAM, 0)
     tail[launchers] = sub
