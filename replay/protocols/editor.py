@@ -15,6 +15,11 @@ from replay.graph import NO_LANE, NODE_FIELDS, OpGraph, stable_argsort
 
 from .kinds import CATEGORY, KIND_NAMES, DerivedKind
 
+try:  # the compiled edge merge (setup.py ACCELERATORS); the numpy merge below gives the same arrays
+    from . import _edit
+except ImportError:  # pragma: no cover - depends on the build
+    _edit = None
+
 # Per-node fields a derived node copies from its anchor.
 PROVENANCE = ("origin", "rank", "copy_dir", "host_mem", "step")
 
@@ -196,6 +201,16 @@ class GraphEditor:
             dep_ptr[n0 + 1 :] = e0
             return (dep_ptr, src.astype(np.int64, copy=True), g.dep_kind.astype(np.uint8, copy=True),
                     lag.astype(np.int64, copy=True))
+        if _edit is not None:
+            m = sum(int(e[0].shape[0]) for e in self._edges)
+            out = (np.empty(n + 1, np.int64), np.empty(e0 + m, np.int64), np.empty(e0 + m, np.uint8),
+                   np.empty(e0 + m, np.int64))
+            batches = [(s, d, np.asarray(k, np.uint8).reshape(-1), np.asarray(x, np.int64).reshape(-1))
+                       for s, d, k, x in self._edges]
+            _edit.merge_edges(np.ascontiguousarray(old_ptr, np.int64), np.ascontiguousarray(src, np.int64),
+                              np.ascontiguousarray(g.dep_kind, np.uint8), np.ascontiguousarray(lag, np.int64),
+                              batches, *out)
+            return out
         e_dst = np.concatenate([e[1] for e in self._edges]) if len(self._edges) > 1 else self._edges[0][1]
         m = int(e_dst.shape[0])
         counts = np.bincount(e_dst, minlength=n)
