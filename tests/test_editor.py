@@ -122,7 +122,7 @@ def edits(draw, g: OpGraph):
     ops, count = [], g.n
     ints = lambda lo, hi, k: np.array(draw(st.lists(st.integers(lo, hi), min_size=k, max_size=k)), np.int64)  # noqa: E731
     for _ in range(draw(st.integers(0, 8))):
-        what = draw(st.sampled_from(["nodes", "edges", "edges", "dur", "src", "lag", "holds"]))
+        what = draw(st.sampled_from(["nodes", "edges", "edges", "dur", "src", "lag", "dur", "src", "lag", "holds"]))
         if what == "nodes":
             k = draw(st.integers(0, 6))
             scalar = draw(st.booleans())
@@ -146,18 +146,25 @@ def edits(draw, g: OpGraph):
         elif what in ("dur", "src", "lag"):
             size = g.n if what == "dur" else g.num_edges
             if size:
-                ops.append((what, (ints(0, size - 1, 2), ints(0, g.n - 1 if what == "src" else 50, 2))))
+                k = draw(st.integers(1, 3))
+                ops.append((what, (ints(0, size - 1, k), ints(0, g.n - 1 if what == "src" else 50, k),
+                                   draw(st.booleans()))))
     return ops
 
 
 def _apply(ed, ops) -> OpGraph:
     for name, args in ops:
-        if name == "dur":
-            (ed.dur if isinstance(ed, ReferenceEditor) else ed.dur)[args[0]] = args[1]
-        elif name == "src":
-            (ed.src if isinstance(ed, ReferenceEditor) else ed.edge_src)[args[0]] = args[1]
-        elif name == "lag":
-            (ed.lag if isinstance(ed, ReferenceEditor) else ed.edge_lag)[args[0]] = args[1]
+        if name in ("dur", "src", "lag"):
+            idx, value, sparse = args
+            if isinstance(ed, ReferenceEditor):
+                getattr(ed, name)[idx] = value
+            elif sparse:  # recorded as edits over the input's array; read back through *_at
+                setter = {"dur": ed.set_dur, "src": ed.set_edge_src, "lag": ed.set_edge_lag}[name]
+                getter = {"dur": ed.dur_at, "src": ed.edge_src_at, "lag": ed.edge_lag_at}[name]
+                setter(idx, value)
+                assert np.array_equal(getter(idx[-1:]), value[-1:])
+            else:  # the whole array, materialised
+                {"dur": ed.dur, "src": ed.edge_src, "lag": ed.edge_lag}[name][idx] = value
         else:
             getattr(ed, name)(*args)
     return ed.build()

@@ -31,10 +31,11 @@ class GraphEditor:
         self._count = graph.n
         self._nodes: list[dict[str, np.ndarray]] = []
         self._edges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        # existing arrays that transforms may change (copied on first write)
-        self._dur: np.ndarray | None = None
-        self._src: np.ndarray | None = None
-        self._lag: np.ndarray | None = None
+        # existing arrays that transforms may change: sparse edits over the input's arrays (a full
+        # copy only where a caller asks for the whole array through .dur/.edge_src/.edge_lag)
+        self._dur = _Overlay(graph.dur, np.int64)
+        self._src = _Overlay(graph.dep_src, np.int64)
+        self._lag = _Overlay(graph.dep_lag, np.int64)
         self._names = list(graph.names)
         self._name_index = {nm: i for i, nm in enumerate(self._names)}
         self._dst: np.ndarray | None = None
@@ -52,23 +53,37 @@ class GraphEditor:
             self._dst = np.repeat(np.arange(self.n0, dtype=np.int64), np.diff(self.g.dep_ptr))
         return self._dst
 
+    # Current values of existing nodes' durations and existing edges' sources and lags: read with
+    # ``*_at``, change with ``set_*``. The properties give the whole array, writable (a full copy).
+    def dur_at(self, i: np.ndarray) -> np.ndarray:
+        return self._dur.get(i)
+
+    def set_dur(self, i: np.ndarray, value: np.ndarray | int) -> None:
+        self._dur.set(i, value)
+
+    def edge_src_at(self, e: np.ndarray) -> np.ndarray:
+        return self._src.get(e)
+
+    def set_edge_src(self, e: np.ndarray, value: np.ndarray | int) -> None:
+        self._src.set(e, value)
+
+    def edge_lag_at(self, e: np.ndarray) -> np.ndarray:
+        return self._lag.get(e)
+
+    def set_edge_lag(self, e: np.ndarray, value: np.ndarray | int) -> None:
+        self._lag.set(e, value)
+
     @property
     def dur(self) -> np.ndarray:
-        if self._dur is None:
-            self._dur = self.g.dur.astype(np.int64, copy=True)
-        return self._dur
+        return self._dur.dense()
 
     @property
     def edge_src(self) -> np.ndarray:
-        if self._src is None:
-            self._src = self.g.dep_src.astype(np.int64, copy=True)
-        return self._src
+        return self._src.dense()
 
     @property
     def edge_lag(self) -> np.ndarray:
-        if self._lag is None:
-            self._lag = self.g.dep_lag.astype(np.int64, copy=True)
-        return self._lag
+        return self._lag.dense()
 
     @property
     def count(self) -> int:
@@ -170,11 +185,13 @@ class GraphEditor:
     def _node_column(self, f: str) -> np.ndarray:
         """Per-node field ``f`` of the built graph, allocated once (dtype: the input graph's)."""
         g = self.g
-        base = self._dur if (f == "dur" and self._dur is not None) else getattr(g, f)
-        if not self._nodes:
-            return base.copy()
-        out = np.empty(self._count, base.dtype)
-        out[: self.n0] = base
+        base = getattr(g, f)
+        edited = f == "dur" and (self._dur.full is not None or self._dur.idx.size)
+        out = np.empty(self._count, np.int64 if edited else base.dtype)  # (edited durations are int64)
+        if f == "dur":
+            self._dur.write_to(out[: self.n0])
+        else:
+            out[: self.n0] = base
         for b in self._nodes:
             part = out[b.start : b.start + b.anchor.shape[0]]
             if f in PROVENANCE or (f == "order" and b.order is None):
@@ -191,16 +208,15 @@ class GraphEditor:
     def _merged_edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         g = self.g
         n, n0 = self._count, self.n0
-        src = self._src if self._src is not None else g.dep_src
-        lag = self._lag if self._lag is not None else g.dep_lag
+        src, lag = self._src.array, self._lag.array  # the input's (or a full copy), edits applied after
         old_ptr = g.dep_ptr
         e0 = int(src.shape[0])
         if not self._edges:
             dep_ptr = np.empty(n + 1, np.int64)
             dep_ptr[: n0 + 1] = old_ptr
             dep_ptr[n0 + 1 :] = e0
-            return (dep_ptr, src.astype(np.int64, copy=True), g.dep_kind.astype(np.uint8, copy=True),
-                    lag.astype(np.int64, copy=True))
+            return (dep_ptr, self._src.write_to(np.empty(e0, np.int64)), g.dep_kind.astype(np.uint8, copy=True),
+                    self._lag.write_to(np.empty(e0, np.int64)))
         if _edit is not None:
             m = sum(int(e[0].shape[0]) for e in self._edges)
             out = (np.empty(n + 1, np.int64), np.empty(e0 + m, np.int64), np.empty(e0 + m, np.uint8),
@@ -210,7 +226,7 @@ class GraphEditor:
             _edit.merge_edges(np.ascontiguousarray(old_ptr, np.int64), np.ascontiguousarray(src, np.int64),
                               np.ascontiguousarray(g.dep_kind, np.uint8), np.ascontiguousarray(lag, np.int64),
                               batches, *out)
-            return out
+            return self._edited(out)
         e_dst = np.concatenate([e[1] for e in self._edges]) if len(self._edges) > 1 else self._edges[0][1]
         m = int(e_dst.shape[0])
         counts = np.bincount(e_dst, minlength=n)
@@ -246,7 +262,76 @@ class GraphEditor:
         dep_src = merged(src, 0, np.int64)
         dep_kind = merged(g.dep_kind, 2, np.uint8)
         dep_lag = merged(lag, 3, np.int64)
-        return dep_ptr, dep_src, dep_kind, dep_lag
+        return self._edited((dep_ptr, dep_src, dep_kind, dep_lag))
+
+    def _edited(self, merged: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """The sparse source/lag edits of existing edges written at their places in the merged CSR:
+        existing edge ``e`` of dependent ``d`` moved by ``ptr[d] - old_ptr[d]``."""
+        ptr, dep_src, _, dep_lag = merged
+        old_ptr = self.g.dep_ptr
+        for ov, out in ((self._src, dep_src), (self._lag, dep_lag)):
+            if ov.idx.size:
+                d = np.searchsorted(old_ptr, ov.idx, side="right") - 1  # their dependents
+                out[ov.idx + (ptr[d] - old_ptr[d])] = ov.val
+        return merged
+
+
+class _Overlay:
+    """An array of the input graph with sparse edits, never written itself: ``idx`` (sorted, unique)
+    and ``val`` hold the changed entries, until :meth:`dense` makes a full copy (then that copy is
+    the current array and ``idx`` is empty)."""
+
+    def __init__(self, base: np.ndarray, dtype):
+        self.base = base
+        self.dtype = np.dtype(dtype)
+        self.full: np.ndarray | None = None
+        self.idx = np.zeros(0, np.int64)
+        self.val = np.zeros(0, self.dtype)
+
+    @property
+    def array(self) -> np.ndarray:
+        """The full copy if there is one, else the input's array (edits in ``idx``/``val``)."""
+        return self.full if self.full is not None else self.base
+
+    def get(self, i) -> np.ndarray:
+        i = np.asarray(i, np.int64)
+        if self.full is not None:
+            return self.full[i]
+        out = self.base[i].astype(self.dtype)
+        if self.idx.size and i.size:
+            pos = np.minimum(np.searchsorted(self.idx, i), self.idx.size - 1)
+            hit = self.idx[pos] == i
+            out[hit] = self.val[pos[hit]]
+        return out
+
+    def set(self, i, value) -> None:
+        i = np.asarray(i, np.int64)
+        value = np.broadcast_to(np.asarray(value, self.dtype), i.shape)
+        if self.full is not None:
+            self.full[i] = value
+            return
+        if not i.size:
+            return
+        # the latest value of every index: stable order by index, last of each run
+        idx = np.concatenate([self.idx, i.ravel()])
+        val = np.concatenate([self.val, value.ravel()])
+        order = stable_argsort(idx)
+        idx, val = idx[order], val[order]
+        last = np.r_[idx[1:] != idx[:-1], True]
+        self.idx, self.val = idx[last], val[last]
+
+    def dense(self) -> np.ndarray:
+        if self.full is None:
+            self.full = self.write_to(np.empty(self.base.shape[0], self.dtype))
+            self.idx, self.val = self.idx[:0], self.val[:0]
+        return self.full
+
+    def write_to(self, out: np.ndarray) -> np.ndarray:
+        """The current values into ``out`` (the array's length)."""
+        out[:] = self.array
+        if self.idx.size:
+            out[self.idx] = self.val
+        return out
 
 
 class _NodeBatch:
@@ -292,9 +377,9 @@ def copy_in_edges(ed: GraphEditor, node: np.ndarray, head: np.ndarray) -> None:
     offs = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     e = np.repeat(lo, cnt) + offs
     kinds = g.dep_kind[e]
-    src = ed.edge_src[e]
-    lag = ed.edge_lag[e]
-    for k in np.unique(kinds):
+    src = ed.edge_src_at(e)
+    lag = ed.edge_lag_at(e)
+    for k in np.flatnonzero(np.bincount(kinds, minlength=1)):
         sel = kinds == k
         ed.add_edges(src[sel], rep_head[sel], int(k), lag[sel])
 
