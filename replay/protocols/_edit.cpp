@@ -136,7 +136,9 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
     const auto* in_src = static_cast<const int64_t*>(osrc.view.buf);
     const auto* in_kind = static_cast<const uint8_t*>(okind.view.buf);
     const auto* in_lag = static_cast<const int64_t*>(olag.view.buf);
-    // counts per dependent (in out_ptr[d + 1]), then the pointer as their running sum
+    // out_ptr[d + 1] serves as dependent d's write cursor: first the number of its edges, then
+    // the start of its run (the sum of the counts before it), advanced past every edge written,
+    // so that it ends as the start of run d + 1: the CSR pointer, without a cursor array.
     std::memset(out_ptr, 0, sizeof(int64_t) * static_cast<size_t>(n + 1));
     for (Py_ssize_t d = 0; d < n0; ++d) out_ptr[d + 1] = old_ptr[d + 1] - old_ptr[d];
     for (Py_ssize_t b = 0; b < nb; ++b) {
@@ -144,21 +146,21 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
         const auto* dst = static_cast<const int64_t*>(bd.view.buf);
         for (Py_ssize_t i = 0, m = bd.size(); i < m; ++i) ++out_ptr[dst[i] + 1];
     }
-    for (Py_ssize_t d = 0; d < n; ++d) out_ptr[d + 1] += out_ptr[d];
-    // the existing edges of each dependent first; cursor: where its next new edge goes
-    std::vector<int64_t> cursor(static_cast<size_t>(n));
+    int64_t run = 0;
     for (Py_ssize_t d = 0; d < n; ++d) {
-        int64_t at = out_ptr[d];
-        if (d < n0) {
-            const int64_t lo = old_ptr[d], k = old_ptr[d + 1] - lo;
-            if (k) {
-                std::memcpy(out_src + at, in_src + lo, sizeof(int64_t) * static_cast<size_t>(k));
-                std::memcpy(out_kind + at, in_kind + lo, static_cast<size_t>(k));
-                std::memcpy(out_lag + at, in_lag + lo, sizeof(int64_t) * static_cast<size_t>(k));
-                at += k;
-            }
+        const int64_t count = out_ptr[d + 1];
+        out_ptr[d + 1] = run;
+        run += count;
+    }
+    // the existing edges of each dependent first, then its new edges in the order added
+    for (Py_ssize_t d = 0; d < n0; ++d) {
+        const int64_t lo = old_ptr[d], k = old_ptr[d + 1] - lo, at = out_ptr[d + 1];
+        if (k) {
+            std::memcpy(out_src + at, in_src + lo, sizeof(int64_t) * static_cast<size_t>(k));
+            std::memcpy(out_kind + at, in_kind + lo, static_cast<size_t>(k));
+            std::memcpy(out_lag + at, in_lag + lo, sizeof(int64_t) * static_cast<size_t>(k));
+            out_ptr[d + 1] = at + k;
         }
-        cursor[static_cast<size_t>(d)] = at;
     }
     for (Py_ssize_t b = 0; b < nb; ++b) {
         const Buf* q = &bufs[static_cast<size_t>(4 * b)];
@@ -168,7 +170,7 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
         const auto* l = static_cast<const int64_t*>(q[3].view.buf);
         const bool k1 = q[2].size() == 1, l1 = q[3].size() == 1;
         for (Py_ssize_t i = 0, m = q[0].size(); i < m; ++i) {
-            const int64_t at = cursor[static_cast<size_t>(dst[i])]++;
+            const int64_t at = out_ptr[dst[i] + 1]++;
             out_src[at] = s[i];
             out_kind[at] = k1 ? k[0] : k[i];
             out_lag[at] = l1 ? l[0] : l[i];

@@ -92,7 +92,7 @@ def check_host_sync(ed: GraphEditor, cp: Copies) -> None:
         return
     p_src = g.dep_src[prog]
     o = stable_argsort(p_src)
-    p_src, p_dst = p_src[o], dependents(g, prog[o])
+    p_src, p_dst = p_src[o], dependents(g, prog)[o]
     L, M = cp.launcher[has_l], cp.node[has_l]
     lo = np.searchsorted(p_src, L, "left")
     cnt = np.searchsorted(p_src, L, "right") - lo
