@@ -2,8 +2,11 @@
 // linear pass. Optional accelerator: editor.py falls back to its numpy merge when this module is
 // missing, and tests/test_editor.py checks that both build identical graphs.
 //
-// merge_edges(old_ptr, old_src, old_kind, old_lag, batches, out_ptr, out_src, out_kind, out_lag)
+// merge_edges(old_ptr, old_src, old_kind, old_lag, batches, out_ptr, out_src, out_kind, out_lag
+//             [, src_idx, src_val, lag_idx, lag_val])
 //   old_*:   the existing CSR (int64 ptr of n0 + 1 entries; int64 src, uint8 kind, int64 lag)
+//   *_idx/*_val: edits of the existing edges' sources and lags (int64; indices strictly increasing,
+//            below E0), written over the copied values
 //   batches: a list of (src int64[m], dst int64[m], kind uint8[m or 1], lag int64[m or 1]) in the
 //            order they were added (a 1-entry kind/lag applies to every edge of its batch)
 //   out_*:   preallocated: int64 ptr of n + 1 entries, and E = E0 + sum(m) src/kind/lag entries
@@ -63,14 +66,23 @@ bool get(PyObject* obj, Buf& b, bool want_u8, bool writable, const char* what) {
 
 PyObject* merge_edges(PyObject*, PyObject* args) {
     PyObject *o_ptr, *o_src, *o_kind, *o_lag, *batches, *r_ptr, *r_src, *r_kind, *r_lag;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &o_ptr, &o_src, &o_kind, &o_lag, &batches, &r_ptr, &r_src, &r_kind,
-                          &r_lag))
+    PyObject *o_si = nullptr, *o_sv = nullptr, *o_li = nullptr, *o_lv = nullptr;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO|OOOO", &o_ptr, &o_src, &o_kind, &o_lag, &batches, &r_ptr, &r_src, &r_kind,
+                          &r_lag, &o_si, &o_sv, &o_li, &o_lv))
         return nullptr;
-    Buf optr, osrc, okind, olag, ptr, src, kind, lag;
+    Buf optr, osrc, okind, olag, ptr, src, kind, lag, si, sv, li, lv;
     if (!get(o_ptr, optr, false, false, "old_ptr") || !get(o_src, osrc, false, false, "old_src") ||
         !get(o_kind, okind, true, false, "old_kind") || !get(o_lag, olag, false, false, "old_lag") ||
         !get(r_ptr, ptr, false, true, "out_ptr") || !get(r_src, src, false, true, "out_src") ||
         !get(r_kind, kind, true, true, "out_kind") || !get(r_lag, lag, false, true, "out_lag"))
+        return nullptr;
+    const bool edits = o_si != nullptr;
+    if (edits && (o_sv == nullptr || o_li == nullptr || o_lv == nullptr)) {
+        PyErr_SetString(PyExc_ValueError, "merge_edges: give all four edit arrays or none");
+        return nullptr;
+    }
+    if (edits && (!get(o_si, si, false, false, "src_idx") || !get(o_sv, sv, false, false, "src_val") ||
+                  !get(o_li, li, false, false, "lag_idx") || !get(o_lv, lv, false, false, "lag_val")))
         return nullptr;
     const Py_ssize_t n0 = optr.size() - 1;
     const Py_ssize_t n = ptr.size() - 1;
@@ -83,6 +95,25 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
     for (Py_ssize_t d = 0; d < n0; ++d) {
         if (old_ptr[d + 1] < old_ptr[d]) {
             PyErr_SetString(PyExc_ValueError, "merge_edges: old_ptr is not non-decreasing");
+            return nullptr;
+        }
+    }
+    Py_ssize_t n_si = 0, n_li = 0;
+    const int64_t *s_idx = nullptr, *s_val = nullptr, *l_idx = nullptr, *l_val = nullptr;
+    if (edits) {
+        n_si = si.size();
+        n_li = li.size();
+        s_idx = static_cast<const int64_t*>(si.view.buf);
+        s_val = static_cast<const int64_t*>(sv.view.buf);
+        l_idx = static_cast<const int64_t*>(li.view.buf);
+        l_val = static_cast<const int64_t*>(lv.view.buf);
+        bool fine = sv.size() == n_si && lv.size() == n_li;
+        for (Py_ssize_t i = 0; fine && i < n_si; ++i)
+            fine = s_idx[i] >= 0 && s_idx[i] < e0 && (i == 0 || s_idx[i] > s_idx[i - 1]);
+        for (Py_ssize_t i = 0; fine && i < n_li; ++i)
+            fine = l_idx[i] >= 0 && l_idx[i] < e0 && (i == 0 || l_idx[i] > l_idx[i - 1]);
+        if (!fine) {
+            PyErr_SetString(PyExc_ValueError, "merge_edges: edit indices must increase strictly and name existing edges");
             return nullptr;
         }
     }
@@ -152,13 +183,17 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
         out_ptr[d + 1] = run;
         run += count;
     }
-    // the existing edges of each dependent first, then its new edges in the order added
+    // the existing edges of each dependent first (with their edits), then its new edges in the
+    // order added
+    Py_ssize_t ps = 0, pl = 0;
     for (Py_ssize_t d = 0; d < n0; ++d) {
-        const int64_t lo = old_ptr[d], k = old_ptr[d + 1] - lo, at = out_ptr[d + 1];
+        const int64_t lo = old_ptr[d], hi = old_ptr[d + 1], k = hi - lo, at = out_ptr[d + 1];
         if (k) {
             std::memcpy(out_src + at, in_src + lo, sizeof(int64_t) * static_cast<size_t>(k));
             std::memcpy(out_kind + at, in_kind + lo, static_cast<size_t>(k));
             std::memcpy(out_lag + at, in_lag + lo, sizeof(int64_t) * static_cast<size_t>(k));
+            for (; ps < n_si && s_idx[ps] < hi; ++ps) out_src[at + (s_idx[ps] - lo)] = s_val[ps];
+            for (; pl < n_li && l_idx[pl] < hi; ++pl) out_lag[at + (l_idx[pl] - lo)] = l_val[pl];
             out_ptr[d + 1] = at + k;
         }
     }

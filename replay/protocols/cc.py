@@ -53,7 +53,7 @@ from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent, stable_
 from .base import Protocol
 from .bounce import add_pool_holds
 from .collectives import price_plain
-from .copies import Chunks, Copies, chunk, dependents, host_copies, launch_edges, launchers
+from .copies import Chunks, Copies, chunk, dependents, host_copies, launch_edges_with_dependents, launchers
 from .editor import GraphEditor, copy_in_edges, lanes_required
 from .kinds import DerivedKind
 from .submit import add_submission, redirect_program
@@ -71,9 +71,9 @@ class CCOptions:
 def transform_cc(graph: OpGraph, model, opts: CCOptions) -> OpGraph:
     g = model.add_lanes(price_plain(graph, model))  # collectives: plaintext on the topology (multi-GPU: .p2p)
     ed = GraphEditor(g)
-    le = launch_edges(g)
-    tail = add_submission(ed, model, le)
-    cp = host_copies(g, launchers(g, None, le))
+    le, le_dst = launch_edges_with_dependents(g)
+    tail = add_submission(ed, model, le, le_dst)
+    cp = host_copies(g, launchers(g, None, le, le_dst))
     if len(cp):
         check_host_sync(ed, cp)
         _copies(ed, model, cp, tail, opts)

@@ -225,8 +225,9 @@ class GraphEditor:
                        for s, d, k, x in self._edges]
             _edit.merge_edges(np.ascontiguousarray(old_ptr, np.int64), np.ascontiguousarray(src, np.int64),
                               np.ascontiguousarray(g.dep_kind, np.uint8), np.ascontiguousarray(lag, np.int64),
-                              batches, *out)
-            return self._edited(out)
+                              batches, *out, self._src.idx, np.ascontiguousarray(self._src.val, np.int64),
+                              self._lag.idx, np.ascontiguousarray(self._lag.val, np.int64))
+            return out
         e_dst = np.concatenate([e[1] for e in self._edges]) if len(self._edges) > 1 else self._edges[0][1]
         m = int(e_dst.shape[0])
         counts = np.bincount(e_dst, minlength=n)

@@ -21,15 +21,16 @@ from .editor import GraphEditor
 from .kinds import DerivedKind
 
 
-def add_submission(ed: GraphEditor, model, e: np.ndarray | None = None) -> np.ndarray:
+def add_submission(ed: GraphEditor, model, e: np.ndarray | None = None, dst: np.ndarray | None = None) -> np.ndarray:
     """Add submit nodes and launch-lag increases; return ``tail``: per existing node, the host node
-    that now ends it (its submit node, or itself). ``e``: the host->GPU LAUNCH edges, if known."""
+    that now ends it (its submit node, or itself). ``e``: the host->GPU LAUNCH edges, if known
+    (``dst``: their dependents)."""
     g = ed.g
     tail = np.arange(ed.n0, dtype=np.int64)
     e = launch_edges(g) if e is None else e
     if e.size == 0:
         return tail
-    cost = np.asarray(model.submit_ns(g.kind[dependents(g, e)]), dtype=np.int64)
+    cost = np.asarray(model.submit_ns(g.kind[dependents(g, e) if dst is None else dst]), dtype=np.int64)
     src = g.dep_src[e]
     per_call = np.zeros(ed.n0, np.int64)
     np.maximum.at(per_call, src, cost)  # one submission per call, priced by its most expensive kind
