@@ -1,10 +1,14 @@
 """Vectorised editing of an :class:`~replay.graph.OpGraph` into a new one (the input is never touched).
 
-Transforms append nodes in batches (numpy arrays, one entry per new node), append edges in
-batches, change durations of existing nodes, rewrite the source of existing edges, and finally
-:meth:`GraphEditor.build` a new graph with a fresh CSR. Every derived node copies provenance
-(:data:`PROVENANCE`: ``origin``, ``rank``, ``step``, copy attributes) from an *anchor*: the trace
-node it derives from. :func:`copy_in_edges` gives new nodes the prerequisites of existing ones.
+Transforms append nodes in batches (numpy arrays, one entry per new node; a scalar attribute
+is kept once per batch), append edges in batches, change durations of existing nodes and the
+sources and lags of existing edges (recorded as sparse edits over the input's arrays, which are
+never written), and finally :meth:`GraphEditor.build` a new graph: node columns allocated once,
+the new edges merged into the existing CSR in linear time (by the compiled
+``replay.protocols._edit`` where it is built, else by numpy; both give the same arrays, see
+tests/test_editor.py). Every derived node copies provenance (:data:`PROVENANCE`: ``origin``,
+``rank``, ``step``, copy attributes) from an *anchor*: the trace node it derives from.
+:func:`copy_in_edges` gives new nodes the prerequisites of existing ones.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ class GraphEditor:
         self.g = graph
         self.n0 = graph.n
         self._count = graph.n
-        self._nodes: list[dict[str, np.ndarray]] = []
+        self._nodes: list[_NodeBatch] = []
         self._edges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         # existing arrays that transforms may change: sparse edits over the input's arrays (a full
         # copy only where a caller asks for the whole array through .dur/.edge_src/.edge_lag)
@@ -198,9 +202,9 @@ class GraphEditor:
                 np.take(base, b.anchor, out=part)  # (dur is no provenance field: base is g's own)
             elif f == "order":
                 part[:] = b.order
-            elif f == "op_id":
-                part[:] = np.arange(self._op_base + b.start - self.n0, self._op_base + b.start - self.n0 + part.size,
-                                    dtype=np.int64)
+            elif f == "op_id":  # ids above the trace's, in node order
+                part[:] = np.arange(part.size, dtype=np.int64)
+                part += self._op_base + b.start - self.n0
             else:
                 part[:] = _BATCH_VALUE[f](self, b)
         return out
