@@ -16,6 +16,8 @@ ACCELERATORS: list[tuple[str, list[str], list[str]]] = [
     ("replay._engine", ["replay/cpp/engine_module.cpp"], ["replay/cpp"]),
     ("tracegen.importers._jsonscan", ["tracegen/importers/src/jsonscan.cpp"], []),  # JSON guard scan (jsondepth.py)
     ("replay._build", ["replay/cpp/build_module.cpp"], []),  # graph builder's edge passes (replay/build.py)
+    # GraphEditor.build's edge merge (replay/protocols/editor.py; numpy fallback)
+    ("replay.protocols._edit", ["replay/cpp/edit_module.cpp"], []),
 ]
 
 setup(ext_modules=[Extension(name, sources, include_dirs=includes, extra_compile_args=CXX_FLAGS, language="c++",

@@ -96,7 +96,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
                 bucket_mb, scale, serving):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from replay.results import JSON_DIGITS, slowdown
-    from replay.run import load_graph, replay_graph
+    from replay.run import load_graph, prepare, replay_prepared, replay_reference
     from replay.serving import format_serving, has_request_markers, overhead, require_markers, serving_metrics
     from replay.whatif import parse_scales
 
@@ -115,7 +115,15 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
         from replay.dataparallel import data_parallel_graph
 
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, [protocol])
-    rep = replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
+    # memory: the reference first, keeping only its figures; then the protocol's transform, after
+    # which the trace graph is dropped before the schedule allocates (docs/performance.md)
+    ref = None
+    if protocol not in (CAPTURED, NONE) and reference:
+        ref = replay_reference(graph, model, preset, overrides, trace_ops=tr.num_ops, scales=scales, serving=serving)
+    prep = prepare(graph, protocol, model, preset, overrides, scales)
+    del graph
+    rep = replay_prepared(prep, trace_ops=tr.num_ops)
+    del prep
     if timeline:
         write_timeline(timeline, rep.graph, rep.schedule, protocol, extra=timeline_facts(rep.result, tr))
     out = rep.result.to_dict()
@@ -124,14 +132,11 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
     out["trace_source"] = {k: tr.metadata.get(k) for k in ("source_format", "gpu_model", "device_model", "trace_name")}
     if serving:
         out["serving"] = serving_metrics(rep.graph, rep.schedule)
-    if protocol not in (CAPTURED, NONE) and reference:
-        ref_rep = replay_graph(graph, NONE, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
-        ref = ref_rep.result
+    if ref is not None:
         out["reference"] = {"protocol": NONE, "makespan_ns": ref.makespan_ns}
         out["slowdown_vs_none"] = slowdown(rep.result.makespan_ns, ref.makespan_ns, JSON_DIGITS)
         if serving and out["serving"]["complete_requests"]:
-            ref_serving = serving_metrics(ref_rep.graph, ref_rep.schedule)
-            out["serving"]["overhead_vs_none"] = overhead(out["serving"], ref_serving)
+            out["serving"]["overhead_vs_none"] = overhead(out["serving"], ref.serving)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
     else:

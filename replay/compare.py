@@ -57,6 +57,7 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
         results[p] = rep.result
         if serving:
             served[p] = serving_metrics(rep.graph, rep.schedule)
+        del rep  # (its graph and schedule are not needed while the next protocol replays)
     dp = {"world": data_parallel, "bucket_mb": bucket_mb} if data_parallel is not None else None
     return compare_report(trace, {p: results[p] for p in protocols}, results[NONE], dp, served or None)
 

@@ -35,6 +35,25 @@ def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_
                  scales: Mapping[str, float] | None = None) -> Replay:
     """Replay an already built graph (lets sweeps build a trace's graph once). ``scales``
     ({kind: factor}, :mod:`replay.whatif`) multiplies op durations before the protocol."""
+    return replay_prepared(prepare(graph, protocol, model, preset, overrides, scales), trace_ops)
+
+
+@dataclass
+class Prepared:
+    """A graph transformed by its protocol, ready for the engine (:func:`prepare`). It holds no
+    reference to the graph it was made from, so a caller that drops its own can free that one
+    before the schedule is computed."""
+
+    graph: OpGraph
+    protocol: str
+    model_info: dict | None
+    scales: dict
+    calibration: object | None
+
+
+def prepare(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
+            overrides: Sequence[str] = (), scales: Mapping[str, float] | None = None) -> Prepared:
+    """The first half of :func:`replay_graph`: what-if scaling and the protocol transform."""
     scales = check_scales(scales)
     calibration = graph.calibration
     graph = scale_durations(graph, scales)
@@ -46,9 +65,15 @@ def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_
         transform = load_protocol(protocol)
         graph = transform(graph, hw)
         model_info = {"model": model, "preset": hw.preset_name, "params": hw.params, "digest": hw.digest}
+    return Prepared(graph=graph, protocol=protocol, model_info=model_info, scales=scales, calibration=calibration)
+
+
+def replay_prepared(prep: Prepared, trace_ops: int | None = None) -> Replay:
+    """The second half of :func:`replay_graph`: schedule and summarize a :class:`Prepared` graph."""
+    graph, protocol, scales, calibration = prep.graph, prep.protocol, prep.scales, prep.calibration
     sched = schedule(graph)
     result = summarize(graph, sched, protocol, trace_ops if trace_ops is not None else graph.n)
-    result.model = model_info
+    result.model = prep.model_info
     result.scales = scales
     if protocol == CAPTURED:
         result.notes.append("captured: every op keeps its measured duration; no hardware model applied")
@@ -58,6 +83,29 @@ def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_
         result.calibration = calibration.to_dict()
         result.notes.extend(calibration.notes())
     return Replay(result=result, graph=graph, schedule=sched)
+
+
+@dataclass
+class Reference:
+    """What a replay under :data:`~replay.names.NONE` contributes to another protocol's report: its
+    makespan, and its serving metrics when asked for (its graph and schedule are not kept)."""
+
+    makespan_ns: int
+    serving: dict | None
+
+
+def replay_reference(graph: OpGraph, model: str = DEFAULT_MODEL, preset: str | None = None,
+                     overrides: Sequence[str] = (), trace_ops: int | None = None,
+                     scales: Mapping[str, float] | None = None, serving: bool = False) -> Reference:
+    """Replay ``graph`` under :data:`~replay.names.NONE` and keep only what a slowdown needs, so its
+    graph and schedule are freed before the protocol's own replay allocates."""
+    rep = replay_graph(graph, NONE, model, preset, overrides, trace_ops=trace_ops, scales=scales)
+    served = None
+    if serving:
+        from replay.serving import serving_metrics
+
+        served = serving_metrics(rep.graph, rep.schedule)
+    return Reference(makespan_ns=rep.result.makespan_ns, serving=served)
 
 
 def open_trace(path: str | os.PathLike, columns: Sequence[str] | None = None) -> Trace:

@@ -53,7 +53,7 @@ from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent, stable_
 from .base import Protocol
 from .bounce import add_pool_holds
 from .collectives import price_plain
-from .copies import Chunks, Copies, chunk, host_copies, launch_edges, launchers
+from .copies import Chunks, Copies, chunk, dependents, host_copies, launch_edges_with_dependents, launchers
 from .editor import GraphEditor, copy_in_edges, lanes_required
 from .kinds import DerivedKind
 from .submit import add_submission, redirect_program
@@ -71,9 +71,9 @@ class CCOptions:
 def transform_cc(graph: OpGraph, model, opts: CCOptions) -> OpGraph:
     g = model.add_lanes(price_plain(graph, model))  # collectives: plaintext on the topology (multi-GPU: .p2p)
     ed = GraphEditor(g)
-    le = launch_edges(g, ed.edge_dst)
-    tail = add_submission(ed, model, le)
-    cp = host_copies(g, launchers(g, ed.edge_dst, le))
+    le, le_dst = launch_edges_with_dependents(g)
+    tail = add_submission(ed, model, le, le_dst)
+    cp = host_copies(g, launchers(g, None, le, le_dst))
     if len(cp):
         check_host_sync(ed, cp)
         _copies(ed, model, cp, tail, opts)
@@ -86,14 +86,13 @@ def check_host_sync(ed: GraphEditor, cp: Copies) -> None:
     plus an edge from each copy to the program successors of its launching call must be acyclic
     (the transformed graph's only new cycles would come from those waits)."""
     g = ed.g
-    dst = ed.edge_dst
     prog = np.flatnonzero(g.dep_kind == DepKind.PROGRAM)
     has_l = cp.launcher >= 0
     if not (prog.size and has_l.any()):
         return
     p_src = g.dep_src[prog]
     o = stable_argsort(p_src)
-    p_src, p_dst = p_src[o], dst[prog][o]
+    p_src, p_dst = p_src[o], dependents(g, prog)[o]
     L, M = cp.launcher[has_l], cp.node[has_l]
     lo = np.searchsorted(p_src, L, "left")
     cnt = np.searchsorted(p_src, L, "right") - lo
@@ -104,7 +103,7 @@ def check_host_sync(ed: GraphEditor, cp: Copies) -> None:
     extra_src = np.repeat(M, cnt)
     if is_acyclic(g, extra_src, extra_dst):  # the usual case, in linear time; else the error below
         return
-    all_dst = np.concatenate([dst, extra_dst])
+    all_dst = np.concatenate([ed.edge_dst, extra_dst])
     all_src = np.concatenate([g.dep_src, extra_src])
     o, ptr = edges_by_dependent(all_dst, g.n)
     aug = g.replace(dep_ptr=ptr, dep_src=all_src[o],
@@ -296,7 +295,7 @@ def _add_stages(ed: GraphEditor, model, path: _DataPath, opts: CCOptions) -> _St
     launched = np.flatnonzero(path.launcher >= 0)
     wait = np.full(len(path.node), -1, np.int64)
     wait[launched] = ed.add_nodes(DerivedKind.SYNC_WAIT, path.node[launched], path.host_lane[launched], 0)
-    ed.dur[path.node] = 0  # the copy node now only marks completion on its stream
+    ed.set_dur(path.node, 0)  # the copy node now only marks completion on its stream
     return _Stages(cpu=cpu, extra=extra, pcie=pcie, ce=ce, wait=wait)
 
 

@@ -25,20 +25,35 @@ def _lut(table: np.ndarray, kind: np.ndarray) -> np.ndarray:
     return table[kind.astype(np.uint8)]  # kind codes are int8 >= 0
 
 
-def launch_edges(graph: OpGraph, edge_dst: np.ndarray) -> np.ndarray:
+def dependents(graph: OpGraph, e: np.ndarray, edge_dst: np.ndarray | None = None) -> np.ndarray:
+    """Dependent node of each edge of ``e``: from ``edge_dst`` (every edge's, when the caller has
+    it) or by binary search in the CSR pointer (no edge-sized array)."""
+    if edge_dst is not None:
+        return edge_dst[e]
+    return np.searchsorted(graph.dep_ptr, e, side="right") - 1
+
+
+def launch_edges(graph: OpGraph, edge_dst: np.ndarray | None = None) -> np.ndarray:
     """Indices of the LAUNCH edges from a host op to a GPU op."""
+    return launch_edges_with_dependents(graph, edge_dst)[0]
+
+
+def launch_edges_with_dependents(graph: OpGraph, edge_dst: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`launch_edges` and the dependent (launched op) of each."""
     e = np.flatnonzero(graph.dep_kind == DepKind.LAUNCH)
-    keep = _lut(_IS_HOST, graph.kind[graph.dep_src[e]]) & _lut(_IS_GPU, graph.kind[edge_dst[e]])
-    return e[keep]
+    dst = dependents(graph, e, edge_dst)
+    keep = _lut(_IS_HOST, graph.kind[graph.dep_src[e]]) & _lut(_IS_GPU, graph.kind[dst])
+    return e[keep], dst[keep]
 
 
-def launchers(graph: OpGraph, edge_dst: np.ndarray, e: np.ndarray | None = None) -> np.ndarray:
+def launchers(graph: OpGraph, edge_dst: np.ndarray | None = None, e: np.ndarray | None = None,
+              dst: np.ndarray | None = None) -> np.ndarray:
     """Per node: the host op that launched it (first LAUNCH edge from a host op), or -1.
-    ``e``: the result of :func:`launch_edges`, when already computed."""
+    ``e``: the result of :func:`launch_edges`, when already computed (``dst``: their dependents)."""
     out = np.full(graph.n, -1, np.int64)
     e = launch_edges(graph, edge_dst) if e is None else e
     if e.size:
-        dst = edge_dst[e]
+        dst = dependents(graph, e, edge_dst) if dst is None else dst
         # first edge per dependent: edges are grouped by dst in CSR order, keep the first occurrence
         first = np.r_[True, dst[1:] != dst[:-1]]
         out[dst[first]] = graph.dep_src[e[first]]

@@ -49,7 +49,7 @@ class NoTEE(Protocol):
     def apply(self, graph: OpGraph, model) -> OpGraph:
         g = model.add_lanes(price_plain(graph, model))
         ed = GraphEditor(g)
-        cp = host_copies(g, launchers(g, ed.edge_dst))
+        cp = host_copies(g, launchers(g))
         if len(cp) == 0:
             return ed.build()
         h2d = cp.direction == CopyDir.H2D
@@ -62,7 +62,7 @@ class NoTEE(Protocol):
         copy_in_edges(ed, cp.node, xfer)
         ed.add_edges(xfer, cp.node, DepKind.DATA, lat)
         _pageable_staging(ed, model, cp, h2d, lat)
-        ed.dur[cp.node] = 0
+        ed.set_dur(cp.node, 0)
         return ed.build()
 
 

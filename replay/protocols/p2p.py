@@ -150,7 +150,7 @@ def transform_p2p(graph: OpGraph, model, opts: P2POptions, protocol: str = "base
         latency[gpus == k] = model.link_latency_ns(int(k))
     nodes = _add_nodes(ed, model, msg, ends, priority, ch, gpus, opts)
     _add_edges(ed, msg, ends, ch, nodes, latency, _Pages.of(model, ch, gpus, opts), opts)
-    ed.dur[col.node] = 0
+    ed.set_dur(col.node, 0)
     if plan is not None:
         plan.append(P2PPlan(collectives=col, messages=msg, chunks=len(ch.msg)))
     return ed.build()

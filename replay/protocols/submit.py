@@ -16,29 +16,27 @@ import numpy as np
 
 from fastrack.schema import DepKind
 
-from .copies import launch_edges
+from .copies import dependents, launch_edges
 from .editor import GraphEditor
 from .kinds import DerivedKind
 
 
-def add_submission(ed: GraphEditor, model, e: np.ndarray | None = None) -> np.ndarray:
+def add_submission(ed: GraphEditor, model, e: np.ndarray | None = None, dst: np.ndarray | None = None) -> np.ndarray:
     """Add submit nodes and launch-lag increases; return ``tail``: per existing node, the host node
-    that now ends it (its submit node, or itself). ``e``: the host->GPU LAUNCH edges, if known."""
+    that now ends it (its submit node, or itself). ``e``: the host->GPU LAUNCH edges, if known
+    (``dst``: their dependents)."""
     g = ed.g
     tail = np.arange(ed.n0, dtype=np.int64)
-    e = launch_edges(g, ed.edge_dst) if e is None else e
+    e = launch_edges(g) if e is None else e
     if e.size == 0:
         return tail
-    cost = np.asarray(model.submit_ns(g.kind[ed.edge_dst[e]]), dtype=np.int64)
+    cost = np.asarray(model.submit_ns(g.kind[dependents(g, e) if dst is None else dst]), dtype=np.int64)
     src = g.dep_src[e]
     per_call = np.zeros(ed.n0, np.int64)
     np.maximum.at(per_call, src, cost)  # one submission per call, priced by its most expensive kind
-    lag = ed.edge_lag
-    lag[e] += per_call[src]
-    launchers = np.unique(src)
+    ed.set_edge_lag(e, ed.edge_lag_at(e) + per_call[src])
+    launchers = np.flatnonzero(per_call > 0)  # the calls with a priced submission, in node order
     total = per_call[launchers]
-    has = total > 0
-    launchers, total = launchers[has], total[has]
     sub = ed.add_nodes(DerivedKind.CC_SUBMIT, launchers, g.lane[launchers], total)
     ed.add_edges(launchers, sub, DepKind.PROGRAM, 0)
     tail[launchers] = sub
@@ -48,6 +46,8 @@ def add_submission(ed: GraphEditor, model, e: np.ndarray | None = None) -> np.nd
 def redirect_program(ed: GraphEditor, tail: np.ndarray) -> None:
     """Existing PROGRAM edges leave from ``tail[src]`` instead of ``src`` (the host thread only
     moves on once the inserted chain after a call is done)."""
-    src = ed.edge_src
-    m = (ed.g.dep_kind == DepKind.PROGRAM) & (tail[src] != src)
-    src[m] = tail[src[m]]
+    prog = np.flatnonzero(ed.g.dep_kind == DepKind.PROGRAM)
+    src = ed.edge_src_at(prog)
+    to = tail[src]
+    moved = to != src
+    ed.set_edge_src(prog[moved], to[moved])
