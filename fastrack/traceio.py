@@ -165,7 +165,7 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
             raise SchemaError(f"field 'op_id' is not unique: op {int(u[c > 1][0])} appears {int(c[c > 1][0])} times",
                               path=path)
     if "kind" in names:
-        unknown = sorted(str(k) for k in set(pc_unique(table.column("kind"))) - set(OP_KIND_BY_LABEL))
+        unknown = sorted(str(k) for k in set(distinct_values(table.column("kind"))) - set(OP_KIND_BY_LABEL))
         if unknown:
             raise SchemaError(f"field 'kind' has {len(unknown)} unknown value(s); expected one of "
                               f"{', '.join(OP_KIND_BY_LABEL)}", path=path)
@@ -176,7 +176,7 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
         pairs = list(zip(d_col.chunks, dk_col.chunks))
     else:
         pairs = [(one_chunk(d_col), one_chunk(dk_col))]
-    top = max((int(as_numpy(dk.flatten()).max()) for _, dk in pairs if len(dk.flatten())), default=0)
+    top = max((int(v.max()) for v in (_list_values(dk) for _, dk in pairs) if v.size), default=0)
     if top > max(DepKind):
         raise SchemaError(f"field 'dep_kinds' has unknown code {top}", path=path)
     for d, dk in pairs:
@@ -184,6 +184,15 @@ def validate_table(table: pa.Table, path: str | None = None, partial: bool = Fal
             d_off, dk_off = as_numpy(d.offsets), as_numpy(dk.offsets)  # (of a slice: not from 0)
             if not np.array_equal(d_off - d_off[0], dk_off - dk_off[0]):
                 raise SchemaError("fields 'deps' and 'dep_kinds' differ in length on some op", path=path)
+
+
+def _list_values(lists: pa.ListArray) -> np.ndarray:
+    """The items of a list array, as ``flatten`` gives them, from its offsets and values (``flatten``
+    imports pyarrow.compute, ~0.13 s of a replay); null lists go through ``flatten``."""
+    if lists.null_count:
+        return as_numpy(lists.flatten())
+    off = as_numpy(lists.offsets)
+    return as_numpy(lists.values.slice(int(off[0]), int(off[-1] - off[0]))) if len(lists) else np.zeros(0, np.int8)
 
 
 def _increasing(col: pa.ChunkedArray) -> bool:
@@ -242,30 +251,64 @@ def _check_unread(pf: pq.ParquetFile, schema: pa.Schema, read: list[str], path: 
         validate_table(pf.read(columns=["op_id", *suspect]), path, partial=True)
 
 
+def _valid_values(col: pa.ChunkedArray) -> list[np.ndarray] | None:
+    """The non-null values of a fixed-width column, chunk by chunk, read from the Arrow buffers (no
+    pyarrow.compute, whose import costs ~0.13 s of a replay); None for any other type."""
+    dtype = _NUMPY_OF.get(col.type)
+    if dtype is None:
+        return None
+    out = []
+    for c in col.chunks:
+        if not len(c):
+            continue
+        values = np.frombuffer(c.buffers()[1], dtype, count=len(c), offset=c.offset * dtype.itemsize)
+        if c.null_count:
+            bits = np.unpackbits(np.frombuffer(c.buffers()[0], np.uint8), bitorder="little")
+            values = values[bits[c.offset:c.offset + len(c)].astype(bool)]
+        out.append(values)
+    return out
+
+
+def _min_max(col: pa.ChunkedArray) -> tuple[int | None, int | None]:
+    parts = _valid_values(col)
+    if parts is None:
+        import pyarrow.compute as pc
+
+        mm = pc.min_max(col).as_py()
+        return mm["min"], mm["max"]
+    parts = [v for v in parts if v.size]
+    if not parts:
+        return None, None
+    return min(int(v.min()) for v in parts), max(int(v.max()) for v in parts)
+
+
 def _check_ranges(table: pa.Table, path: str | None) -> None:
     """Every integer column inside its documented range (fastrack.schema.VALUE_RANGES), and every
     op ending inside the span a trace may cover."""
-    import pyarrow.compute as pc
-
     names = table.schema.names
     for name, (lo, hi, why) in VALUE_RANGES.items():
         if name not in names:
             continue
         col = table.column(name)
-        mm = pc.min_max(col).as_py()
-        if mm["min"] is None or (lo <= mm["min"] and mm["max"] <= hi):
+        mn, mx = _min_max(col)
+        if mn is None or (lo <= mn and mx <= hi):
             continue
         values = col.to_numpy()
         bad = np.flatnonzero((values < lo) | (values > hi))
         _range_error(table, name, int(bad[0]), int(values[bad[0]]), bad.size, f"outside [{lo}, {hi}]: {why}", path)
     if "start_ns" not in names or "dur_ns" not in names:
         return
-    end = pc.add_checked(table.column("start_ns"), table.column("dur_ns"))
-    if pc.max(end).as_py() > MAX_SPAN_NS:
-        values = end.to_numpy()
-        bad = np.flatnonzero(values > MAX_SPAN_NS)
-        _range_error(table, "dur_ns", int(bad[0]), int(values[bad[0]]), bad.size,
-                     f"ends at {int(values[bad[0]])} ns, beyond the 2^50 ns a trace may span", path, show=False)
+    start, dur = table.column("start_ns"), table.column("dur_ns")
+    if start.null_count or dur.null_count or start.type != pa.int64() or dur.type != pa.int64():
+        import pyarrow.compute as pc
+
+        end = pc.add_checked(start, dur).to_numpy()
+    else:  # both inside [0, 2^50] (checked above): the sum cannot overflow
+        end = as_numpy(start) + as_numpy(dur)
+    if end.size and int(end.max()) > MAX_SPAN_NS:
+        bad = np.flatnonzero(end > MAX_SPAN_NS)
+        _range_error(table, "dur_ns", int(bad[0]), int(end[bad[0]]), bad.size,
+                     f"ends at {int(end[bad[0]])} ns, beyond the 2^50 ns a trace may span", path, show=False)
 
 
 def _range_error(table, name, row, value, count, what, path, show=True):
@@ -275,13 +318,39 @@ def _range_error(table, name, row, value, count, what, path, show=True):
     raise SchemaError(f"{where}{got} {what}; {count} op(s) affected", path=path)
 
 
-def pc_unique(col: pa.ChunkedArray) -> list:
-    import pyarrow.compute as pc
+def distinct_values(col: pa.ChunkedArray) -> list:
+    """The distinct values of a column, None included when it has nulls, in no particular order.
+    Dictionary and fixed-width columns are read from their Arrow buffers (no pyarrow.compute, whose
+    import costs ~0.13 s of a replay); anything else goes through ``pyarrow.compute.unique``."""
+    found: set = set()
+    if pa.types.is_dictionary(col.type) and col.type.index_type in _NUMPY_OF:
+        idx_dtype = _NUMPY_OF[col.type.index_type]
+        for c in col.chunks:
+            if not len(c):
+                continue
+            ind = c.indices
+            idx = np.frombuffer(ind.buffers()[1], idx_dtype, count=len(ind), offset=ind.offset * idx_dtype.itemsize)
+            if c.null_count:
+                found.add(None)
+                bits = np.unpackbits(np.frombuffer(c.buffers()[0], np.uint8), bitorder="little")
+                idx = idx[bits[c.offset:c.offset + len(c)].astype(bool)]
+            used = np.flatnonzero(np.bincount(idx.astype(np.int64), minlength=len(c.dictionary)))
+            words = c.dictionary.to_pylist()
+            found.update(words[int(i)] for i in used)
+        return list(found)
+    parts = _valid_values(col)
+    if parts is None:
+        import pyarrow.compute as pc
 
-    u = pc.unique(col)
-    if pa.types.is_dictionary(u.type):
-        u = u.cast(u.type.value_type)
-    return u.to_pylist()
+        u = pc.unique(col)
+        if pa.types.is_dictionary(u.type):
+            u = u.cast(u.type.value_type)
+        return u.to_pylist()
+    for v in parts:
+        found.update(np.unique(v).tolist())
+    if col.null_count:
+        found.add(None)
+    return list(found)
 
 
 def write_trace(path: str | os.PathLike, table: pa.Table, metadata: Mapping[str, Any]) -> Path:
@@ -291,7 +360,7 @@ def write_trace(path: str | os.PathLike, table: pa.Table, metadata: Mapping[str,
     meta = dict(metadata)
     meta.setdefault("created_by", f"fastrack {__version__}")
     if "ranks" not in meta:
-        meta["ranks"] = sorted(int(r) for r in pc_unique(table.column("rank")))
+        meta["ranks"] = sorted(int(r) for r in distinct_values(table.column("rank")))
     table = table.replace_schema_metadata(encode_metadata(meta))
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
@@ -305,7 +374,7 @@ def trace_in_memory(table: pa.Table, metadata: Mapping[str, Any], path: str | No
     meta = dict(metadata)
     meta.setdefault("created_by", f"fastrack {__version__}")
     if "ranks" not in meta:
-        meta["ranks"] = sorted(int(r) for r in pc_unique(table.column("rank")))
+        meta["ranks"] = sorted(int(r) for r in distinct_values(table.column("rank")))
     schema = table.replace_schema_metadata(encode_metadata(meta)).schema
     return Trace(table=table.replace_schema_metadata(None), metadata=_decode_metadata(schema, path), path=path)
 

@@ -266,3 +266,17 @@ def test_rank_clock_shifts_are_the_medians(n, data):
     finish = np.array(data.draw(st.lists(st.integers(0, 2**50), min_size=n, max_size=n)), np.int64)
     got = build._rank_clock_shifts(group, rank, finish)
     assert got.dtype == np.int64 and np.array_equal(got, build_reference._rank_clock_shifts(group, rank, finish))
+
+
+@pytest.mark.skipif(NATIVE is None, reason="replay._build is not built here (setup.py build_ext --inplace)")
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-2**63, 2**63 - 1) | st.integers(0, 5), max_size=60))
+def test_compiled_encode_equals_arrow_dictionary_encoding(values):
+    """The lane rows' hashing: replay._build.encode gives Arrow's dictionary encoding exactly
+    (distinct values in order of first appearance, int32 codes)."""
+    v = np.asarray(values, np.int64)
+    enc = pa.Array.from_buffers(pa.int64(), v.size, [None, pa.py_buffer(v)]).dictionary_encode()
+    codes = np.empty(v.size, np.int32)
+    first = np.frombuffer(NATIVE.encode(v, codes), np.int64)
+    assert first.tolist() == enc.dictionary.to_pylist()
+    assert codes.tolist() == enc.indices.to_pylist()

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -334,7 +335,46 @@ PyObject *has_other_edge(PyObject *, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+// encode(values, codes): codes[i] = the index of values[i] among the distinct values in order of
+// first appearance, which are returned as bytes of int64 (what Arrow's dictionary_encode gives:
+// linear time, hashed). Used for the lane rows of build_graph (_unique_rows).
+PyObject *encode(PyObject *, PyObject *args) {
+    PyObject *a[2];
+    if (!PyArg_UnpackTuple(args, "encode", 2, 2, &a[0], &a[1])) return nullptr;
+    Buf values, codes;
+    if (!values.get(a[0], "values", 8, I64, false) || !codes.get(a[1], "codes", 4, I32, true)) return nullptr;
+    Py_ssize_t n = values.len();
+    if (!same_len(codes, n, "codes")) return nullptr;
+    if (n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "replay._build: too many values to encode");
+        return nullptr;
+    }
+    const int64_t *v = values.ptr<int64_t>();
+    int32_t *c = codes.ptr<int32_t>();
+    std::vector<int64_t> seen;
+    std::unordered_map<int64_t, int32_t> index;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t last = 0;
+    int32_t last_code = -1;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (last_code < 0 || v[i] != last) {  // (runs of one value are the common case)
+            auto it = index.find(v[i]);
+            if (it == index.end()) {
+                it = index.emplace(v[i], static_cast<int32_t>(seen.size())).first;
+                seen.push_back(v[i]);
+            }
+            last = v[i];
+            last_code = it->second;
+        }
+        c[i] = last_code;
+    }
+    Py_END_ALLOW_THREADS
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char *>(seen.data()),
+                                     static_cast<Py_ssize_t>(seen.size() * sizeof(int64_t)));
+}
+
 PyMethodDef methods[] = {
+    {"encode", encode, METH_VARARGS, "Codes of values by first appearance, and the distinct values (int64 bytes)."},
     {"first_self_loop", first_self_loop, METH_VARARGS, "The first edge from a node to itself, or -1."},
     {"has_other_edge", has_other_edge, METH_VARARGS, "Per node: has an edge of another kind than the one given."},
     {"launch_samples", launch_samples, METH_VARARGS, "Per LAUNCH edge: rank, launch-to-start, launch-bound."},
