@@ -8,7 +8,7 @@ What it measures (issue 16, "Speed": ``convert`` within 1.5x of ``json.load`` on
 trace):
 
 1. The traces: the Kineto files (``*.json``, ``*.json.gz``) of ``--traces`` (default
-   ``/work/shared/traces/real``, else ``tests/data``), largest first (by decompressed size);
+   ``../shared/traces/real`` (beside the checkout), else ``tests/data``), largest first (by decompressed size);
    ``--limit`` keeps the first N.
 2. The floor: ``python -c "gzip/open + json.load"`` of the file as a whole process (interpreter
    start, imports, decompression and parse included), best of ``--repeat``.
@@ -41,10 +41,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from bench_replay import best_of  # noqa: E402  (one way of measuring a child process, shared)
+from bench_replay import best_of, print_table  # noqa: E402  (one way of measuring a child process, shared)
 
 TARGET = 1.5  # issue 16: convert CPU <= 1.5 x json.load CPU on the largest real trace
-DEFAULT_TRACES = [Path("/work/shared/traces/real"), ROOT / "tests" / "data"]
+DEFAULT_TRACES = [ROOT.parent / "shared" / "traces" / "real", ROOT / "tests" / "data"]  # (the shared folder beside a checkout)
 
 LOAD_SNIPPET = (
     "import sys, gzip, json\n"
@@ -77,14 +77,6 @@ def find_traces(where: list[Path]) -> list[tuple[Path, int]]:
             files.append(w)
     sized = [(p, _plain_size(p)) for p in files]
     return sorted(sized, key=lambda x: -x[1])
-
-
-def _table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print("  ".join("-" * w for w in widths))
-    for row in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                             "convert_cpu_s": conv["cpu"], "convert_wall_s": conv["wall"],
                             "convert_peak_bytes": conv["peak"], "json_load_peak_bytes": load["peak"],
                             "ratio": ratio, "target": target})
-    _table(["trace", "MiB (plain)", "json.load CPU s", "convert CPU s", "convert wall s", "peak MiB conv/load",
+    print_table(["trace", "MiB (plain)", "json.load CPU s", "convert CPU s", "convert wall s", "peak MiB conv/load",
             "ratio"], rows)
     print(f"\nratio = CPU time (user + sys) of the convert process / CPU time of a gzip + json.load process on the "
           f"same file, best of {args.repeat}; target (issue 16) for the largest trace only")

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         figures["sizes"][ops] = size
 
     header = ["ops", "process", "CPU s", "wall s", "ratio", "target", "peak MiB", "target", "verdict"]
-    _table(header, rows)
+    print_table(header, rows)
 
     if len(sizes) >= 2:
         lo, hi = sizes[0], sizes[-1]
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             missed |= verdict == "MISS"
             figures["margin"][name] = {"bytes_per_op": slope, "target": target}
             mrows.append([name, f"{slope:.0f}", f"<= {target:g}" if target else "-", verdict])
-        _table(["process", "B/op", "target", "verdict"], mrows)
+        print_table(["process", "B/op", "target", "verdict"], mrows)
     print("\nratio = CPU time (user + sys) of the replay process / CPU time of a bare pq.read_table process on the "
           "same file, both measured in this run; targets from issue 16 (sizes without a target: no verdict)")
     if args.json:
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if (args.strict and missed) else 0
 
 
-def _table(header: list[str], rows: list[list[str]]) -> None:
+def print_table(header: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     print("  ".join("-" * w for w in widths))
