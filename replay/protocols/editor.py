@@ -35,6 +35,7 @@ class GraphEditor:
         self._count = graph.n
         self._nodes: list[_NodeBatch] = []
         self._edges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._built = False
         # existing arrays that transforms may change: sparse edits over the input's arrays (a full
         # copy only where a caller asks for the whole array through .dur/.edge_src/.edge_lag)
         self._dur = _Overlay(graph.dur, np.int64)
@@ -155,15 +156,19 @@ class GraphEditor:
 
     # -------------------------------------------------------------------------------- build
     def build(self) -> OpGraph:
-        """The edited graph. Node arrays: the existing nodes, then every batch in the order added.
+        """The edited graph (once per editor: the edits are released as it builds). Node arrays: the existing nodes, then every batch in the order added.
         Edges (CSR by dependent): for each dependent, its existing edges first (in their order),
         then its new edges in the order they were added: exactly a stable sort of the existing
         edges followed by the new ones by dependent, computed as a linear merge of the existing
         CSR with the new edges (stable-sorted by dependent among themselves only)."""
         g = self.g
         n, n0 = self._count, self.n0
-        cols = {f: self._node_column(f) for f in NODE_FIELDS}
+        if self._built:
+            raise RuntimeError("GraphEditor.build() may be called once (it releases the edits as it builds)")
+        self._built = True
         dep_ptr, dep_src, dep_kind, dep_lag = self._merged_edges()
+        self._edges = []  # (memory: the new edges are in the merged arrays; freed before the node columns)
+        cols = {f: self._node_column(f) for f in NODE_FIELDS}
         kind_names = dict(g.kind_names)
         kind_names.update(KIND_NAMES)
         hold_lane = np.full(n, NO_LANE, np.int32)
