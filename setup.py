@@ -12,12 +12,13 @@ CXX_FLAGS = ["-std=c++17", "-O2"]
 # (module name, sources, include directories)
 ACCELERATORS: list[tuple[str, list[str], list[str]]] = [
     # the scheduler and the critical-path walk (replay/engine.py, replay/results.py); the headers
-    # under replay/cpp/fastrack are the same core the gem5 driver compiles (MANIFEST.in ships them)
+    # under replay/cpp/fastrack are the same core the gem5 driver compiles (MANIFEST.in ships them);
+    # every module below takes its numpy arrays through replay/cpp/fastrack/pybuffer.hh
     ("replay._engine", ["replay/cpp/engine_module.cpp"], ["replay/cpp"]),
     ("tracegen.importers._jsonscan", ["tracegen/importers/src/jsonscan.cpp"], []),  # JSON guard scan (jsondepth.py)
-    ("replay._build", ["replay/cpp/build_module.cpp"], []),  # graph builder's edge passes (replay/build.py)
+    ("replay._build", ["replay/cpp/build_module.cpp"], ["replay/cpp"]),  # graph builder's edge passes (replay/build.py)
     # GraphEditor.build's edge merge (replay/protocols/editor.py; numpy fallback)
-    ("replay.protocols._edit", ["replay/cpp/edit_module.cpp"], []),
+    ("replay.protocols._edit", ["replay/cpp/edit_module.cpp"], ["replay/cpp"]),
 ]
 
 setup(ext_modules=[Extension(name, sources, include_dirs=includes, extra_compile_args=CXX_FLAGS, language="c++",

@@ -341,15 +341,67 @@ def test_a_replay_does_not_import_numba(tmp_path):
 
 
 @pytest.mark.skipif(_can_build() is not None, reason=f"no C++ toolchain: {_can_build()}")
-def test_the_extension_source_is_warning_free():
-    """The extension and the core it includes compile under the driver's warnings (Makefile)."""
+@pytest.mark.parametrize("module", ["engine_module.cpp", "build_module.cpp", "edit_module.cpp"])
+def test_the_extension_source_is_warning_free(module):
+    """Each extension module, the core and fastrack/pybuffer.hh it includes compile under the
+    driver's warnings (Makefile)."""
     cxx = next(c for c in (os.environ.get("CXX") or "g++", "g++", "c++", "clang++") if shutil.which(c))
     warn = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wshadow", "-Wconversion",
             "-Wno-sign-conversion"]
     proc = subprocess.run([cxx, *warn, "-fsyntax-only", "-isystem", sysconfig.get_paths()["include"],
-                           f"-I{ROOT / 'replay' / 'cpp'}", str(ROOT / "replay" / "cpp" / "engine_module.cpp")],
+                           f"-I{ROOT / 'replay' / 'cpp'}", str(ROOT / "replay" / "cpp" / module)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_every_module_refuses_a_wrong_array_in_one_style():
+    """fastrack/pybuffer.hh: a wrong dtype, a read-only output or a 2-D array raises TypeError
+    naming the module function and the array, in every extension module."""
+    import importlib
+
+    mods = {}
+    for name in ("replay._engine", "replay._build", "replay.protocols._edit"):
+        try:
+            mods[name] = importlib.import_module(name)
+        except ImportError:
+            pytest.skip(f"{name} is not built")
+    i64 = np.zeros(1, np.int64)
+    with pytest.raises(TypeError, match=r"^replay\._build\.encode: array values must be a C-contiguous 1-D int64 "
+                                        r"array$"):
+        mods["replay._build"].encode(i64.astype(np.int32), np.zeros(1, np.int32))
+    codes = np.zeros(1, np.int32)
+    codes.flags.writeable = False
+    with pytest.raises(TypeError, match=r"^replay\._build\.encode: array codes must be a writable C-contiguous 1-D "
+                                        r"int32 array$"):
+        mods["replay._build"].encode(i64, codes)
+    with pytest.raises(TypeError, match="^replay._engine.walk_path: array start must be a C-contiguous 1-D int64"):
+        mods["replay._engine"].walk_path(np.zeros((1, 1), np.int64), i64, i64, np.zeros(1, np.int8), i64, 0, 0, 0,
+                                         i64, i64, 0, 0, 0, 0, 0, np.zeros(8, np.int64))
+    with pytest.raises(TypeError, match="^replay.protocols._edit.merge_edges: array old_kind must be a C-contiguous "
+                                        "1-D uint8 array$"):
+        mods["replay.protocols._edit"].merge_edges(i64, np.zeros(0, np.int64), np.zeros(0, np.int8),
+                                                   np.zeros(0, np.int64), [], i64, np.zeros(0, np.int64),
+                                                   np.zeros(0, np.uint8), np.zeros(0, np.int64))
+    assert mods["replay._build"].encode(np.array([5, 5, 3], np.int64), np.zeros(3, np.int32)) == \
+        np.array([5, 3], np.int64).tobytes()
+
+
+def test_only_the_extension_modules_include_python():
+    """Python.h comes in through fastrack/pybuffer.hh, and only into the extension modules: the
+    core headers, the standalone driver and the gem5 sources build without Python."""
+    cpp = ROOT / "replay" / "cpp"
+    modules = sorted(cpp.glob("*_module.cpp"))
+    assert [p.name for p in modules] == ["build_module.cpp", "edit_module.cpp", "engine_module.cpp"]
+    for p in modules:  # the one buffer helper, first (Python.h must precede the standard headers)
+        includes = [line for line in p.read_text().splitlines() if line.startswith("#include")]
+        assert includes[0].startswith('#include "fastrack/pybuffer.hh"'), p.name
+        assert "Py_buffer" not in p.read_text() and "PyObject_GetBuffer" not in p.read_text(), p.name
+    others = [p for p in (*cpp.rglob("*.hh"), *(ROOT / "models" / "h100" / "cpp").rglob("*.[ch]*"))
+              if p.name != "pybuffer.hh" and p.is_file()]
+    assert others
+    for p in others:
+        text = p.read_text()
+        assert "pybuffer.hh" not in text and "Python.h" not in text, p
 
 
 def test_the_core_has_one_home():

@@ -7,12 +7,10 @@
 // Edges are in CSR order by dependent node (dep_ptr, length n + 1); every per-kind output array
 // lists that kind's edges in edge order (what numpy's flatnonzero(kinds == K) gives).
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "fastrack/pybuffer.hh"  // first: it includes Python.h
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <unordered_map>
 #include <vector>
 
@@ -24,42 +22,19 @@ constexpr uint8_t PROGRAM = 0, LAUNCH = 1, STREAM = 2, SYNC = 4;
 // OpKind codes
 constexpr int8_t RUNTIME = 1, SYNC_OP = 2;
 
-class Buf {
-  public:
-    Py_buffer view{};
-    bool ok = false;
-    Buf() = default;
-    Buf(const Buf &) = delete;
-    Buf &operator=(const Buf &) = delete;
-    ~Buf() {
-        if (ok) PyBuffer_Release(&view);
-    }
-    // An array of itemsize ``size`` whose format is one of ``formats`` (C-contiguous, 1-D).
-    bool get(PyObject *obj, const char *what, Py_ssize_t size, const char *formats, bool writable) {
-        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(obj, &view, flags) != 0) return false;
-        ok = true;
-        const char *f = view.format ? view.format : "B";
-        if (*f == '<' || *f == '=' || *f == '@') ++f;
-        if (view.ndim != 1 || view.itemsize != size || std::strlen(f) != 1 || !std::strchr(formats, *f)) {
-            PyErr_Format(PyExc_TypeError, "replay._build: array '%s' has the wrong type", what);
-            return false;
-        }
-        return true;
-    }
-    Py_ssize_t len() const { return view.shape ? view.shape[0] : view.len / view.itemsize; }
-    template <class T> T *ptr() const { return static_cast<T *>(view.buf); }
-};
+using fastrack::py::Array;
+using I64 = Array<const int64_t>;  // read-only inputs
+using I32 = Array<const int32_t>;
+using I8 = Array<const int8_t>;
+using U8 = Array<const uint8_t>;
+using OutI64 = Array<int64_t>;  // preallocated outputs (writable)
+using OutI32 = Array<int32_t>;
+using OutBool = Array<bool>;
 
-constexpr const char *I64 = "lq";
-constexpr const char *I32 = "i";
-constexpr const char *I8 = "b";
-constexpr const char *U8 = "B";
-constexpr const char *BOOL = "?";
-
-bool same_len(const Buf &b, Py_ssize_t n, const char *what) {
-    if (b.len() != n) {
-        PyErr_Format(PyExc_ValueError, "replay._build: array '%s' has %zd entries, expected %zd", what, b.len(), n);
+template <typename T>
+bool same_len(const Array<T> &b, Py_ssize_t n, const char *what) {
+    if (b.size() != n) {
+        PyErr_Format(PyExc_ValueError, "replay._build: array '%s' has %zd entries, expected %zd", what, b.size(), n);
         return false;
     }
     return true;
@@ -67,18 +42,19 @@ bool same_len(const Buf &b, Py_ssize_t n, const char *what) {
 
 // The graph: dep_ptr, src, kinds, start, finish; checked for consistent lengths and edge bounds.
 struct Graph {
-    Buf ptr, src, kinds, start, finish;
+    I64 ptr, src;
+    U8 kinds;
+    I64 start, finish;
     Py_ssize_t n = 0, m = 0;
-    bool get(PyObject *p, PyObject *s, PyObject *k, PyObject *st, PyObject *fi) {
-        if (!ptr.get(p, "dep_ptr", 8, I64, false) || !src.get(s, "src", 8, I64, false) ||
-            !kinds.get(k, "kinds", 1, U8, false) || !start.get(st, "start", 8, I64, false) ||
-            !finish.get(fi, "finish", 8, I64, false))
+    bool get(const char *fn, PyObject *p, PyObject *s, PyObject *k, PyObject *st, PyObject *fi) {
+        if (!ptr.get(p, fn, "dep_ptr") || !src.get(s, fn, "src") || !kinds.get(k, fn, "kinds") ||
+            !start.get(st, fn, "start") || !finish.get(fi, fn, "finish"))
             return false;
-        n = ptr.len() - 1;
-        m = src.len();
+        n = ptr.size() - 1;
+        m = src.size();
         if (n < 0 || !same_len(kinds, m, "kinds") || !same_len(start, n, "start") || !same_len(finish, n, "finish"))
             return false;
-        const int64_t *pp = ptr.ptr<int64_t>();
+        const int64_t *pp = ptr.data();
         if (pp[0] != 0 || pp[n] != m) {
             PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr does not span the edges");
             return false;
@@ -88,7 +64,7 @@ struct Graph {
                 PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr is not non-decreasing");
                 return false;
             }
-        const int64_t *ss = src.ptr<int64_t>();
+        const int64_t *ss = src.data();
         for (Py_ssize_t e = 0; e < m; ++e)
             if (ss[e] < 0 || ss[e] >= n) {
                 PyErr_SetString(PyExc_ValueError, "replay._build: an edge names a node that does not exist");
@@ -99,7 +75,7 @@ struct Graph {
 };
 
 Py_ssize_t count_kind(const Graph &g, uint8_t kind) {
-    const uint8_t *k = g.kinds.ptr<uint8_t>();
+    const uint8_t *k = g.kinds.data();
     Py_ssize_t c = 0;
     for (Py_ssize_t e = 0; e < g.m; ++e) c += k[e] == kind;
     return c;
@@ -113,22 +89,25 @@ PyObject *launch_samples(PyObject *, PyObject *args) {
     if (!PyArg_UnpackTuple(args, "launch_samples", 9, 9, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6], &a[7],
                            &a[8]))
         return nullptr;
+    constexpr const char *FN = "replay._build.launch_samples";
     Graph g;
-    Buf rank, l_rank, l2s, idle;
-    if (!g.get(a[0], a[1], a[2], a[3], a[4]) || !rank.get(a[5], "rank", 4, I32, false) ||
-        !l_rank.get(a[6], "l_rank", 8, I64, true) || !l2s.get(a[7], "l2s", 8, I64, true) ||
-        !idle.get(a[8], "idle", 1, BOOL, true))
+    I32 rank;
+    OutI64 l_rank, l2s;
+    OutBool idle;
+    if (!g.get(FN, a[0], a[1], a[2], a[3], a[4]) || !rank.get(a[5], FN, "rank") ||
+        !l_rank.get(a[6], FN, "l_rank") || !l2s.get(a[7], FN, "l2s") ||
+        !idle.get(a[8], FN, "idle"))
         return nullptr;
     Py_ssize_t nl = count_kind(g, LAUNCH);
     if (!same_len(rank, g.n, "rank") || !same_len(l_rank, nl, "l_rank") || !same_len(l2s, nl, "l2s") ||
         !same_len(idle, nl, "idle"))
         return nullptr;
-    const int64_t *ptr = g.ptr.ptr<int64_t>(), *src = g.src.ptr<int64_t>();
-    const int64_t *start = g.start.ptr<int64_t>(), *finish = g.finish.ptr<int64_t>();
-    const uint8_t *kinds = g.kinds.ptr<uint8_t>();
-    const int32_t *rk = rank.ptr<int32_t>();
-    int64_t *o_rank = l_rank.ptr<int64_t>(), *o_l2s = l2s.ptr<int64_t>();
-    bool *o_idle = idle.ptr<bool>();
+    const int64_t *ptr = g.ptr.data(), *src = g.src.data();
+    const int64_t *start = g.start.data(), *finish = g.finish.data();
+    const uint8_t *kinds = g.kinds.data();
+    const int32_t *rk = rank.data();
+    int64_t *o_rank = l_rank.data(), *o_l2s = l2s.data();
+    bool *o_idle = idle.data();
     Py_BEGIN_ALLOW_THREADS;
     Py_ssize_t k = 0;
     for (Py_ssize_t v = 0; v < g.n; ++v) {
@@ -164,26 +143,30 @@ PyObject *stream_samples(PyObject *, PyObject *args) {
         return nullptr;
     long long b2b_max = PyLong_AsLongLong(a[7]);
     if (b2b_max == -1 && PyErr_Occurred()) return nullptr;
+    constexpr const char *FN = "replay._build.stream_samples";
     Graph g;
-    Buf rank, l_lag, lag, arrival, s_rank, s_gap, s_b2b;
-    if (!g.get(a[0], a[1], a[2], a[3], a[4]) || !rank.get(a[5], "rank", 4, I32, false) ||
-        !l_lag.get(a[6], "l_lag", 8, I64, false) || !lag.get(a[8], "lag", 8, I64, true) ||
-        !arrival.get(a[9], "arrival", 8, I64, true) || !s_rank.get(a[10], "s_rank", 8, I64, true) ||
-        !s_gap.get(a[11], "s_gap", 8, I64, true) || !s_b2b.get(a[12], "s_b2b", 1, BOOL, true))
+    I32 rank;
+    I64 l_lag;
+    OutI64 lag, arrival, s_rank, s_gap;
+    OutBool s_b2b;
+    if (!g.get(FN, a[0], a[1], a[2], a[3], a[4]) || !rank.get(a[5], FN, "rank") ||
+        !l_lag.get(a[6], FN, "l_lag") || !lag.get(a[8], FN, "lag") ||
+        !arrival.get(a[9], FN, "arrival") || !s_rank.get(a[10], FN, "s_rank") ||
+        !s_gap.get(a[11], FN, "s_gap") || !s_b2b.get(a[12], FN, "s_b2b"))
         return nullptr;
     Py_ssize_t nl = count_kind(g, LAUNCH), ns = count_kind(g, STREAM);
     if (!same_len(rank, g.n, "rank") || !same_len(l_lag, nl, "l_lag") || !same_len(lag, g.m, "lag") ||
         !same_len(arrival, g.n, "arrival") || !same_len(s_rank, ns, "s_rank") || !same_len(s_gap, ns, "s_gap") ||
         !same_len(s_b2b, ns, "s_b2b"))
         return nullptr;
-    const int64_t *ptr = g.ptr.ptr<int64_t>(), *src = g.src.ptr<int64_t>();
-    const int64_t *start = g.start.ptr<int64_t>(), *finish = g.finish.ptr<int64_t>();
-    const uint8_t *kinds = g.kinds.ptr<uint8_t>();
-    const int32_t *rk = rank.ptr<int32_t>();
-    const int64_t *ll = l_lag.ptr<int64_t>();
-    int64_t *o_lag = lag.ptr<int64_t>(), *o_arr = arrival.ptr<int64_t>();
-    int64_t *o_rank = s_rank.ptr<int64_t>(), *o_gap = s_gap.ptr<int64_t>();
-    bool *o_b2b = s_b2b.ptr<bool>();
+    const int64_t *ptr = g.ptr.data(), *src = g.src.data();
+    const int64_t *start = g.start.data(), *finish = g.finish.data();
+    const uint8_t *kinds = g.kinds.data();
+    const int32_t *rk = rank.data();
+    const int64_t *ll = l_lag.data();
+    int64_t *o_lag = lag.data(), *o_arr = arrival.data();
+    int64_t *o_rank = s_rank.data(), *o_gap = s_gap.data();
+    bool *o_b2b = s_b2b.data();
     Py_BEGIN_ALLOW_THREADS;
     Py_ssize_t kl = 0, ks = 0;
     for (Py_ssize_t v = 0; v < g.n; ++v) {
@@ -220,25 +203,29 @@ PyObject *settle(PyObject *, PyObject *args) {
     if (!PyArg_UnpackTuple(args, "settle", 12, 12, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6], &a[7], &a[8],
                            &a[9], &a[10], &a[11]))
         return nullptr;
+    constexpr const char *FN = "replay._build.settle";
     Graph g;
-    Buf kind, s_lag, lag, arrival, ready, sync_done, half;
-    if (!g.get(a[0], a[1], a[2], a[3], a[4]) || !kind.get(a[5], "kind", 1, I8, false) ||
-        !s_lag.get(a[6], "s_lag", 8, I64, false) || !lag.get(a[7], "lag", 8, I64, true) ||
-        !arrival.get(a[8], "arrival", 8, I64, false) || !ready.get(a[9], "ready", 8, I64, true) ||
-        !sync_done.get(a[10], "sync_done", 8, I64, true) || !half.get(a[11], "half", 1, BOOL, true))
+    I8 kind;
+    I64 s_lag, arrival;
+    OutI64 lag, ready, sync_done;
+    OutBool half;
+    if (!g.get(FN, a[0], a[1], a[2], a[3], a[4]) || !kind.get(a[5], FN, "kind") ||
+        !s_lag.get(a[6], FN, "s_lag") || !lag.get(a[7], FN, "lag") ||
+        !arrival.get(a[8], FN, "arrival") || !ready.get(a[9], FN, "ready") ||
+        !sync_done.get(a[10], FN, "sync_done") || !half.get(a[11], FN, "half"))
         return nullptr;
     Py_ssize_t ns = count_kind(g, STREAM);
     if (!same_len(kind, g.n, "kind") || !same_len(s_lag, ns, "s_lag") || !same_len(lag, g.m, "lag") ||
         !same_len(arrival, g.n, "arrival") || !same_len(ready, g.n, "ready") ||
         !same_len(sync_done, g.n, "sync_done") || !same_len(half, g.n, "half"))
         return nullptr;
-    const int64_t *ptr = g.ptr.ptr<int64_t>(), *src = g.src.ptr<int64_t>();
-    const int64_t *start = g.start.ptr<int64_t>(), *finish = g.finish.ptr<int64_t>();
-    const uint8_t *kinds = g.kinds.ptr<uint8_t>();
-    const int8_t *kd = kind.ptr<int8_t>();
-    const int64_t *sl = s_lag.ptr<int64_t>(), *arr = arrival.ptr<int64_t>();
-    int64_t *o_lag = lag.ptr<int64_t>(), *o_ready = ready.ptr<int64_t>(), *o_sync = sync_done.ptr<int64_t>();
-    bool *o_half = half.ptr<bool>();
+    const int64_t *ptr = g.ptr.data(), *src = g.src.data();
+    const int64_t *start = g.start.data(), *finish = g.finish.data();
+    const uint8_t *kinds = g.kinds.data();
+    const int8_t *kd = kind.data();
+    const int64_t *sl = s_lag.data(), *arr = arrival.data();
+    int64_t *o_lag = lag.data(), *o_ready = ready.data(), *o_sync = sync_done.data();
+    bool *o_half = half.data();
     bool any_split = false;
     Py_BEGIN_ALLOW_THREADS;
     Py_ssize_t ks = 0;
@@ -289,11 +276,12 @@ PyObject *settle(PyObject *, PyObject *args) {
 PyObject *first_self_loop(PyObject *, PyObject *args) {
     PyObject *a[2];
     if (!PyArg_UnpackTuple(args, "first_self_loop", 2, 2, &a[0], &a[1])) return nullptr;
-    Buf ptr, src;
-    if (!ptr.get(a[0], "dep_ptr", 8, I64, false) || !src.get(a[1], "src", 8, I64, false)) return nullptr;
-    Py_ssize_t n = ptr.len() - 1;
-    const int64_t *pp = ptr.ptr<int64_t>(), *ss = src.ptr<int64_t>();
-    if (n < 0 || pp[0] != 0 || pp[n] != src.len()) {
+    constexpr const char *FN = "replay._build.first_self_loop";
+    I64 ptr, src;
+    if (!ptr.get(a[0], FN, "dep_ptr") || !src.get(a[1], FN, "src")) return nullptr;
+    Py_ssize_t n = ptr.size() - 1;
+    const int64_t *pp = ptr.data(), *ss = src.data();
+    if (n < 0 || pp[0] != 0 || pp[n] != src.size()) {
         PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr does not span the edges");
         return nullptr;
     }
@@ -315,18 +303,21 @@ PyObject *has_other_edge(PyObject *, PyObject *args) {
     if (!PyArg_UnpackTuple(args, "has_other_edge", 4, 4, &a[0], &a[1], &a[2], &a[3])) return nullptr;
     long k = PyLong_AsLong(a[2]);
     if (k == -1 && PyErr_Occurred()) return nullptr;
-    Buf ptr, kinds, out;
-    if (!ptr.get(a[0], "dep_ptr", 8, I64, false) || !kinds.get(a[1], "kinds", 1, U8, false) ||
-        !out.get(a[3], "out", 1, BOOL, true))
+    constexpr const char *FN = "replay._build.has_other_edge";
+    I64 ptr;
+    U8 kinds;
+    OutBool out;
+    if (!ptr.get(a[0], FN, "dep_ptr") || !kinds.get(a[1], FN, "kinds") ||
+        !out.get(a[3], FN, "out"))
         return nullptr;
-    Py_ssize_t n = ptr.len() - 1;
-    const int64_t *pp = ptr.ptr<int64_t>();
-    if (n < 0 || !same_len(out, n, "out") || pp[0] != 0 || pp[n] != kinds.len()) {
+    Py_ssize_t n = ptr.size() - 1;
+    const int64_t *pp = ptr.data();
+    if (n < 0 || !same_len(out, n, "out") || pp[0] != 0 || pp[n] != kinds.size()) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr does not span the edges");
         return nullptr;
     }
-    const uint8_t *kk = kinds.ptr<uint8_t>();
-    bool *o = out.ptr<bool>();
+    const uint8_t *kk = kinds.data();
+    bool *o = out.data();
     for (Py_ssize_t v = 0; v < n; ++v) {
         bool any = false;
         for (int64_t e = pp[v]; e < pp[v + 1] && !any; ++e) any = kk[e] != k;
@@ -341,16 +332,18 @@ PyObject *has_other_edge(PyObject *, PyObject *args) {
 PyObject *encode(PyObject *, PyObject *args) {
     PyObject *a[2];
     if (!PyArg_UnpackTuple(args, "encode", 2, 2, &a[0], &a[1])) return nullptr;
-    Buf values, codes;
-    if (!values.get(a[0], "values", 8, I64, false) || !codes.get(a[1], "codes", 4, I32, true)) return nullptr;
-    Py_ssize_t n = values.len();
+    constexpr const char *FN = "replay._build.encode";
+    I64 values;
+    OutI32 codes;
+    if (!values.get(a[0], FN, "values") || !codes.get(a[1], FN, "codes")) return nullptr;
+    Py_ssize_t n = values.size();
     if (!same_len(codes, n, "codes")) return nullptr;
     if (n > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "replay._build: too many values to encode");
         return nullptr;
     }
-    const int64_t *v = values.ptr<int64_t>();
-    int32_t *c = codes.ptr<int32_t>();
+    const int64_t *v = values.data();
+    int32_t *c = codes.data();
     std::vector<int64_t> seen;
     std::unordered_map<int64_t, int32_t> index;
     Py_BEGIN_ALLOW_THREADS
@@ -383,7 +376,8 @@ PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "replay._build", "Compiled edge passes of replay.build.", -1, methods};
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "replay._build", "Compiled edge passes of replay.build.", -1, methods,
+                      nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 

@@ -18,8 +18,7 @@
 //   walk_path(start, finish, crit_pred, bound_by, slot_wait, node, t, t_stop, node_code (i8 or
 //             i64), edge_code, launch, release, group, lane, wait, totals) -> None
 // Status codes: fastrack::Status (module constants OK, GROUP_EDGE, CYCLE, POOL_RETURN, STUCK).
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "fastrack/pybuffer.hh"  // first: it includes Python.h
 
 #include <cstdint>
 #include <exception>
@@ -34,62 +33,13 @@
 namespace {
 
 using fastrack::Span;
-
-// Buffers obtained for one call, released on every path out.
-class Buffers {
-  public:
-    Buffers() { held_.reserve(24); }
-    Buffers(const Buffers &) = delete;
-    Buffers &operator=(const Buffers &) = delete;
-    ~Buffers() {
-        for (Py_buffer &b : held_) PyBuffer_Release(&b);
-    }
-
-    // A C-contiguous one-dimensional buffer of ``kind`` ('i' signed, 'u' unsigned, 'b' bool or
-    // int8) and ``itemsize``; sets a Python error and returns false otherwise.
-    template <typename T>
-    bool get(PyObject *obj, char kind, bool writable, const char *name, Span<T> &out) {
-        Py_buffer view;
-        const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(obj, &view, flags) != 0) {
-            PyErr_Format(PyExc_TypeError, "%s: expected a contiguous%s array", name, writable ? " writable" : "");
-            return false;
-        }
-        held_.push_back(view);
-        if (view.ndim > 1 || view.itemsize != static_cast<Py_ssize_t>(sizeof(T)) || !formatIs(view.format, kind)) {
-            PyErr_Format(PyExc_TypeError, "%s: expected a one-dimensional array of %s%d", name,
-                         kind == 'u' ? "uint" : (kind == 'b' ? "bool or int" : "int"),
-                         static_cast<int>(8 * sizeof(T)));
-            return false;
-        }
-        out.data = static_cast<T *>(view.buf);
-        out.size = static_cast<std::size_t>(view.len / view.itemsize);
-        return true;
-    }
-
-  private:
-    static bool formatIs(const char *fmt, char kind) {
-        if (fmt == nullptr) return kind == 'u';  // plain bytes
-        if (*fmt == '@' || *fmt == '=' || *fmt == '<') ++fmt;
-        if (fmt[0] == '\0' || fmt[1] != '\0') return false;
-        const char c = fmt[0];
-        switch (kind) {
-        case 'i':
-            return c == 'b' || c == 'h' || c == 'i' || c == 'l' || c == 'q';
-        case 'u':
-            return c == 'B' || c == 'H' || c == 'I' || c == 'L' || c == 'Q';
-        case 'b':
-            return c == '?' || c == 'b';
-        default:
-            return false;
-        }
-    }
-    std::vector<Py_buffer> held_;
-};
+using fastrack::py::Buffers;
+using fastrack::py::Elem;
 
 template <typename T>
-bool getAt(Buffers &bufs, PyObject *tuple, Py_ssize_t k, char kind, bool writable, const char *name, Span<T> &out) {
-    return bufs.get(PyTuple_GET_ITEM(tuple, k), kind, writable, name, out);
+bool getAt(Buffers &bufs, PyObject *tuple, Py_ssize_t k, const char *name, Span<T> &out,
+           Elem elem = fastrack::py::elemOf<T>()) {
+    return bufs.get(PyTuple_GET_ITEM(tuple, k), name, out, elem);
 }
 
 // The GraphView of the tuple ``g`` (see the module comment); checked with fastrack::checkView.
@@ -100,15 +50,15 @@ bool graphView(Buffers &bufs, PyObject *g, fastrack::GraphView &v) {
     }
     Span<const std::int8_t> shared;
     const bool ok =
-        getAt(bufs, g, 0, 'i', false, "lane_servers", v.lane_servers) &&
-        getAt(bufs, g, 1, 'b', false, "lane_shared", shared) &&
-        getAt(bufs, g, 2, 'i', false, "lane_max_servers", v.lane_max_servers) &&
-        getAt(bufs, g, 3, 'i', false, "lane", v.lane) && getAt(bufs, g, 4, 'i', false, "dur", v.dur) &&
-        getAt(bufs, g, 5, 'i', false, "order", v.order) && getAt(bufs, g, 6, 'i', false, "release", v.release) &&
-        getAt(bufs, g, 7, 'i', false, "group", v.group) && getAt(bufs, g, 8, 'i', false, "hold_lane", v.hold_lane) &&
-        getAt(bufs, g, 9, 'i', false, "hold_until", v.hold_until) &&
-        getAt(bufs, g, 10, 'i', false, "dep_ptr", v.dep_ptr) && getAt(bufs, g, 11, 'i', false, "dep_src", v.dep_src) &&
-        getAt(bufs, g, 12, 'u', false, "dep_kind", v.dep_kind) && getAt(bufs, g, 13, 'i', false, "dep_lag", v.dep_lag);
+        getAt(bufs, g, 0, "lane_servers", v.lane_servers) &&
+        getAt(bufs, g, 1, "lane_shared", shared, Elem::BoolOrInt8) &&
+        getAt(bufs, g, 2, "lane_max_servers", v.lane_max_servers) &&
+        getAt(bufs, g, 3, "lane", v.lane) && getAt(bufs, g, 4, "dur", v.dur) &&
+        getAt(bufs, g, 5, "order", v.order) && getAt(bufs, g, 6, "release", v.release) &&
+        getAt(bufs, g, 7, "group", v.group) && getAt(bufs, g, 8, "hold_lane", v.hold_lane) &&
+        getAt(bufs, g, 9, "hold_until", v.hold_until) &&
+        getAt(bufs, g, 10, "dep_ptr", v.dep_ptr) && getAt(bufs, g, 11, "dep_src", v.dep_src) &&
+        getAt(bufs, g, 12, "dep_kind", v.dep_kind) && getAt(bufs, g, 13, "dep_lag", v.dep_lag);
     if (!ok) return false;
     v.lane_shared = shared;
     if (v.dep_ptr.size == 0) {
@@ -162,7 +112,7 @@ bool lengthIs(std::size_t got, std::size_t want, const char *name) {
 PyObject *py_schedule(PyObject *, PyObject *args) {
     PyObject *g, *o;
     if (!PyArg_ParseTuple(args, "O!O!:schedule", &PyTuple_Type, &g, &PyTuple_Type, &o)) return nullptr;
-    Buffers bufs;
+    Buffers bufs("replay._engine.schedule");
     fastrack::GraphView v;
     if (!graphView(bufs, g, v)) return nullptr;
     if (PyTuple_GET_SIZE(o) != 7) {
@@ -170,11 +120,11 @@ PyObject *py_schedule(PyObject *, PyObject *args) {
         return nullptr;
     }
     fastrack::ScheduleOut s;
-    if (!(getAt(bufs, o, 0, 'i', true, "start", s.start) && getAt(bufs, o, 1, 'i', true, "finish", s.finish) &&
-          getAt(bufs, o, 2, 'i', true, "crit_pred", s.crit_pred) &&
-          getAt(bufs, o, 3, 'i', true, "bound_by", s.bound_by) && getAt(bufs, o, 4, 'i', true, "order", s.order) &&
-          getAt(bufs, o, 5, 'i', true, "slot_wait", s.slot_wait) &&
-          getAt(bufs, o, 6, 'i', true, "lane_servers", s.lane_servers)))
+    if (!(getAt(bufs, o, 0, "start", s.start) && getAt(bufs, o, 1, "finish", s.finish) &&
+          getAt(bufs, o, 2, "crit_pred", s.crit_pred) &&
+          getAt(bufs, o, 3, "bound_by", s.bound_by) && getAt(bufs, o, 4, "order", s.order) &&
+          getAt(bufs, o, 5, "slot_wait", s.slot_wait) &&
+          getAt(bufs, o, 6, "lane_servers", s.lane_servers)))
         return nullptr;
     const std::size_t n = v.n();
     if (!(lengthIs(s.start.size, n, "start") && lengthIs(s.finish.size, n, "finish") &&
@@ -190,10 +140,10 @@ PyObject *py_schedule(PyObject *, PyObject *args) {
 PyObject *py_topological_order(PyObject *, PyObject *args) {
     PyObject *g, *issueObj;
     if (!PyArg_ParseTuple(args, "O!O:topological_order", &PyTuple_Type, &g, &issueObj)) return nullptr;
-    Buffers bufs;
+    Buffers bufs("replay._engine.topological_order");
     fastrack::GraphView v;
     Span<std::int64_t> issue;
-    if (!graphView(bufs, g, v) || !bufs.get(issueObj, 'i', true, "issue", issue) ||
+    if (!graphView(bufs, g, v) || !bufs.get(issueObj, "issue", issue) ||
         !lengthIs(issue.size, v.n(), "issue"))
         return nullptr;
     fastrack::Outcome res;
@@ -204,11 +154,11 @@ PyObject *py_topological_order(PyObject *, PyObject *args) {
 PyObject *py_is_acyclic(PyObject *, PyObject *args) {
     PyObject *g, *xs, *xd;
     if (!PyArg_ParseTuple(args, "O!OO:is_acyclic", &PyTuple_Type, &g, &xs, &xd)) return nullptr;
-    Buffers bufs;
+    Buffers bufs("replay._engine.is_acyclic");
     fastrack::GraphView v;
     Span<const std::int64_t> src, dst;
-    if (!graphView(bufs, g, v) || !bufs.get(xs, 'i', false, "extra_src", src) ||
-        !bufs.get(xd, 'i', false, "extra_dst", dst) || !lengthIs(dst.size, src.size, "extra_dst"))
+    if (!graphView(bufs, g, v) || !bufs.get(xs, "extra_src", src) ||
+        !bufs.get(xd, "extra_dst", dst) || !lengthIs(dst.size, src.size, "extra_dst"))
         return nullptr;
     const std::int64_t n = static_cast<std::int64_t>(v.n());
     for (std::size_t k = 0; k < src.size; ++k)
@@ -227,31 +177,26 @@ PyObject *py_walk_path(PyObject *, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOLLLOOLLLLLO:walk_path", &startO, &finishO, &predO, &boundO, &waitO, &node, &t,
                           &tStop, &ncodeO, &ecodeO, &launch, &release, &group, &lane, &wait, &totalsO))
         return nullptr;
-    Buffers bufs;
+    Buffers bufs("replay._engine.walk_path");
     Span<const std::int64_t> start, finish, pred, slotWait, ecode;
     Span<const std::int8_t> bound;
     Span<std::int64_t> totals;
-    if (!(bufs.get(startO, 'i', false, "start", start) && bufs.get(finishO, 'i', false, "finish", finish) &&
-          bufs.get(predO, 'i', false, "crit_pred", pred) && bufs.get(boundO, 'i', false, "bound_by", bound) &&
-          bufs.get(waitO, 'i', false, "slot_wait", slotWait) && bufs.get(ecodeO, 'i', false, "edge_code", ecode) &&
-          bufs.get(totalsO, 'i', true, "totals", totals)))
+    if (!(bufs.get(startO, "start", start) && bufs.get(finishO, "finish", finish) &&
+          bufs.get(predO, "crit_pred", pred) && bufs.get(boundO, "bound_by", bound) &&
+          bufs.get(waitO, "slot_wait", slotWait) && bufs.get(ecodeO, "edge_code", ecode) &&
+          bufs.get(totalsO, "totals", totals)))
         return nullptr;
     const std::size_t n = start.size;
     if (!(lengthIs(finish.size, n, "finish") && lengthIs(pred.size, n, "crit_pred") &&
           lengthIs(bound.size, n, "bound_by") && lengthIs(slotWait.size, n, "slot_wait")))
         return nullptr;
     // node codes: int8 (the graph's categories) or int64 (callers' own codes)
-    Py_buffer probe;
-    if (PyObject_GetBuffer(ncodeO, &probe, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-        PyErr_SetString(PyExc_TypeError, "node_code: expected a contiguous array");
-        return nullptr;
-    }
-    const Py_ssize_t itemsize = probe.itemsize;
-    PyBuffer_Release(&probe);
+    const Py_ssize_t itemsize = fastrack::py::itemsizeOf(ncodeO, bufs.func(), "node_code");
+    if (itemsize < 0) return nullptr;
     bool ok = false;
     if (itemsize == 1) {
         Span<const std::int8_t> ncode;
-        if (!bufs.get(ncodeO, 'i', false, "node_code", ncode) || !lengthIs(ncode.size, n, "node_code")) return nullptr;
+        if (!bufs.get(ncodeO, "node_code", ncode) || !lengthIs(ncode.size, n, "node_code")) return nullptr;
         if (!withoutGil([&] {
                 ok = fastrack::walkPath(start, finish, pred, bound, slotWait, node, t, tStop, ncode, ecode, launch,
                                         release, group, lane, wait, totals);
@@ -259,7 +204,7 @@ PyObject *py_walk_path(PyObject *, PyObject *args) {
             return nullptr;
     } else {
         Span<const std::int64_t> ncode;
-        if (!bufs.get(ncodeO, 'i', false, "node_code", ncode) || !lengthIs(ncode.size, n, "node_code")) return nullptr;
+        if (!bufs.get(ncodeO, "node_code", ncode) || !lengthIs(ncode.size, n, "node_code")) return nullptr;
         if (!withoutGil([&] {
                 ok = fastrack::walkPath(start, finish, pred, bound, slotWait, node, t, tStop, ncode, ecode, launch,
                                         release, group, lane, wait, totals);
