@@ -95,6 +95,7 @@ def main() -> None:
 def run_command(trace, protocol, model, preset, overrides, as_json, timeline, overwrite, reference, data_parallel,
                 bucket_mb, scale, serving):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
+    from fastrack.memory import release_free_memory
     from replay.results import JSON_DIGITS, slowdown
     from replay.run import load_graph, prepare, replay_prepared, replay_reference
     from replay.serving import format_serving, has_request_markers, overhead, require_markers, serving_metrics
@@ -120,8 +121,10 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
     ref = None
     if protocol not in (CAPTURED, NONE) and reference:
         ref = replay_reference(graph, model, preset, overrides, trace_ops=tr.num_ops, scales=scales, serving=serving)
+        release_free_memory()  # (the reference's pages, before the protocol's transform allocates)
     prep = prepare(graph, protocol, model, preset, overrides, scales)
     del graph
+    release_free_memory()  # (the trace graph's pages, before the schedule allocates)
     rep = replay_prepared(prep, trace_ops=tr.num_ops)
     del prep
     if timeline:

@@ -1,0 +1,42 @@
+"""Giving freed memory back to the operating system between the stages of one process.
+
+A replay frees large arrays between its stages (the trace graph once the protocol graph exists,
+the ``none`` reference once its figures are kept), but the allocators keep much of it: glibc
+serves most numpy arrays from its heap once its dynamic mmap threshold has risen, and does not
+return freed heap pages until asked; Arrow's memory pool (mimalloc or jemalloc) keeps freed pages
+for reuse. Measured at 1M ops (docs/performance.md): after the trace graph is dropped, the
+process's resident memory fell by 11 MiB on its own and by 220 MiB more after this call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+from functools import lru_cache
+
+import pyarrow as pa
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None (another C library or system)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+def release_free_memory() -> None:
+    """Return the free pages of the C heap and of Arrow's pool to the system (best effort: a no-op
+    where the allocator offers no such call). Never changes a result, only resident memory."""
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
