@@ -14,7 +14,11 @@ memory and a time limit, and checks the contract every command keeps on bad inpu
 Children are forked from this process after it has imported the tools and compiled the replay
 engine once, so a case costs what its command costs, not an interpreter start. Case ``i`` of seed
 ``s`` is generated from ``random.Random(f"{s}:{i}")`` alone: ``--only I`` reruns one case and
-``--save DIR`` keeps the files of failing cases.
+``--save DIR`` keeps the files of failing cases. A case whose forked child hangs is run again in
+a fresh interpreter (same files, limits and oracle) and judged by that run: a forked child
+inherits the parent's state, and one CI run saw a single unreproducible hang of a command that
+exits in 0.07 s. A command that hangs in the fresh interpreter too is a failure; the summary
+lists the rerun cases (``rerun_after_a_forked_hang``).
 
     python benchmarks/fuzz.py --cases 2000 --seed 1          # the CI run (tests/test_fuzz.py)
     python benchmarks/fuzz.py --cases 20000 --seed 7 --jobs 2 # a long run
@@ -33,6 +37,7 @@ import resource
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -591,6 +596,7 @@ class Outcome:
     seconds: float
     problems: list[str]
     first_line: str
+    rerun: bool = False  # its forked child hung, so it was run again in a fresh interpreter (rerun_fresh)
 
 
 def judge(case: Case, d: Path, rc: int | None, maxrss_mb: float, seconds: float, before: dict[str, str],
@@ -657,12 +663,13 @@ def run_cases(indices, seed: int, corpus: Corpus, jobs: int, mem_mb: int, timeou
         pid, status, usage = os.wait4(-1, os.WNOHANG)
         now = time.monotonic()
         if pid == 0:
-            for p, (case, d, t0, before) in list(running.items()):
+            for p, (case, d, t0, _before) in list(running.items()):
                 if now - t0 > timeout_s:
                     os.kill(p, signal.SIGKILL)
                     _, status, usage = os.wait4(p, 0)
                     del running[p]
-                    outcomes.append(_finish(case, d, None, usage, now - t0, before, mem_mb, timeout_s, save))
+                    shutil.rmtree(d, ignore_errors=True)
+                    outcomes.append(rerun_fresh(case, d, mem_mb, timeout_s, save))
             time.sleep(0.002)
             continue
         case, d, t0, before = running.pop(pid)
@@ -673,6 +680,47 @@ def run_cases(indices, seed: int, corpus: Corpus, jobs: int, mem_mb: int, timeou
             print(f"  {len(outcomes)} cases, {bad} failing", file=sys.stderr)
             t_report = now
     return outcomes
+
+
+RERUN_SNIPPET = ("import sys\n"
+                 "if sys.argv[1] == 'replay':\n    from replay.cli import main\n"
+                 "else:\n    from tracegen.cli import main\n"
+                 "main(args=sys.argv[2:], prog_name=sys.argv[1])\n")
+
+
+def rerun_fresh(case: Case, d: Path, mem_mb: int, timeout_s: float, save: Path | None) -> Outcome:
+    """A case whose forked child hung, run again in a fresh interpreter (same files, limits and
+    oracle). A forked child inherits the parent's state, threads' locks included, so a hang there
+    may be the harness's own; a command that hangs here too is a real hang. The outcome says it
+    was rerun (``rerun``), and the summary counts such cases."""
+    d.mkdir()
+    prepare(case, d)
+    before = _snapshot(d)
+    limit = mem_mb * 4 << 20
+
+    def limits():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
+    t0 = time.monotonic()
+    with open(d / "stdout", "wb") as out, open(d / "stderr", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", RERUN_SNIPPET, case.tool, *case.argv], cwd=d, stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, preexec_fn=limits, env=env)
+        rc = None
+        while time.monotonic() - t0 <= timeout_s:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            time.sleep(0.01)
+        else:
+            proc.kill()
+            _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = rc if rc is not None else -9  # (reaped here: keep Popen from waiting again)
+    outcome = _finish(case, d, rc, usage, time.monotonic() - t0, before, mem_mb, timeout_s, save)
+    outcome.rerun = True
+    return outcome
 
 
 def _finish(case, d, rc, usage, seconds, before, mem_mb, timeout_s, save):
@@ -730,13 +778,15 @@ def main(argv=None) -> int:
         "cases_per_s": round(len(outcomes) / seconds, 1), "exit_codes": dict(by_rc), "generators": dict(by_gen),
         "problems": dict(kinds), "max_rss_mb": round(max((o.maxrss_mb for o in outcomes), default=0), 1),
         "slowest_s": round(max((o.seconds for o in outcomes), default=0), 2),
+        "rerun_after_a_forked_hang": [o.case.index for o in outcomes if o.rerun],
     }
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
         print(f"{summary['cases']} cases (seed {args.seed}) in {seconds:.0f} s ({summary['cases_per_s']} cases/s): "
               f"{len(failing)} failing; exit codes {dict(by_rc)}; max RSS {summary['max_rss_mb']} MB; "
-              f"slowest {summary['slowest_s']} s")
+              f"slowest {summary['slowest_s']} s; rerun after a forked child hung: "
+              f"{summary['rerun_after_a_forked_hang'] or 'none'}")
         print("generators: " + ", ".join(f"{k} {v}" for k, v in sorted(by_gen.items())))
     for o in failing[:40]:
         print(f"FAIL case {o.case.index} [{o.case.generator}] {o.case.tool} {' '.join(o.case.argv)[:100]}: "

@@ -31,3 +31,19 @@ def test_the_ci_fuzz_run_of_2000_cases():
     s = _run(2000, 1, 3600)
     assert s["cases"] == 2000
     assert int(s["exit_codes"].get("2", 0)) > 1000  # most mutations must be refused, not accepted silently
+
+
+def test_a_case_rerun_in_a_fresh_interpreter_is_judged_by_the_same_oracle(tmp_path, monkeypatch):
+    """What the fuzzer does after a forked child hangs: the case runs again in a fresh interpreter
+    and is judged as usual (here a refused input: one error line, exit 2), marked as rerun."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fuzz", FUZZ)
+    fuzz = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fuzz", fuzz)  # (its dataclasses look their module up)
+    spec.loader.exec_module(fuzz)
+    case = fuzz.Case(index=0, generator="test", tool="replay", argv=["--protocol", "baseline", "t.parquet"],
+                     files={"t.parquet": b"not a parquet file"})
+    out = fuzz.rerun_fresh(case, tmp_path / "case0", 2048, 120.0, None)
+    assert out.rerun and out.rc == 2 and out.problems == [], out
+    assert out.first_line.startswith("error: ")
