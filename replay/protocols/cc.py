@@ -78,6 +78,7 @@ def transform_cc(graph: OpGraph, model, opts: CCOptions) -> OpGraph:
         check_host_sync(ed, cp)
         _copies(ed, model, cp, tail, opts)
     redirect_program(ed, tail)
+    del le, le_dst, tail, cp  # (memory: the build's peak holds the input and the output graph; nothing else)
     return ed.build()
 
 

@@ -168,7 +168,19 @@ class GraphEditor:
         self._built = True
         dep_ptr, dep_src, dep_kind, dep_lag = self._merged_edges()
         self._edges = []  # (memory: the new edges are in the merged arrays; freed before the node columns)
-        cols = {f: self._node_column(f) for f in NODE_FIELDS}
+        # memory: the fields that read the batches' anchors first, then each batch array is released
+        # once its column is built, so the build's peak holds little beyond the two graphs
+        cols = {}
+        anchored = [f for f in NODE_FIELDS if f in PROVENANCE or f == "order"]
+        for f in anchored + [f for f in NODE_FIELDS if f not in anchored]:
+            cols[f] = self._node_column(f)
+            if f == anchored[-1]:
+                for b in self._nodes:
+                    b.anchor = b.order = None
+            elif f in _BATCH_ARRAYS:
+                for b in self._nodes:
+                    setattr(b, _BATCH_ARRAYS[f], None)
+        self._nodes = []
         kind_names = dict(g.kind_names)
         kind_names.update(KIND_NAMES)
         hold_lane = np.full(n, NO_LANE, np.int32)
@@ -202,7 +214,7 @@ class GraphEditor:
         else:
             out[: self.n0] = base
         for b in self._nodes:
-            part = out[b.start : b.start + b.anchor.shape[0]]
+            part = out[b.start : b.start + b.count]
             if f in PROVENANCE or (f == "order" and b.order is None):
                 np.take(base, b.anchor, out=part)  # (dur is no provenance field: base is g's own)
             elif f == "order":
@@ -347,14 +359,18 @@ class _Overlay:
 class _NodeBatch:
     """One :meth:`GraphEditor.add_nodes` call: nodes ``start .. start + len(anchor) - 1``."""
 
-    __slots__ = ("start", "anchor", "kind", "category", "name", "lane", "dur", "nbytes", "order")
+    __slots__ = ("start", "count", "anchor", "kind", "category", "name", "lane", "dur", "nbytes", "order")
 
     def __init__(self, start, anchor, kind, category, name, lane, dur, nbytes, order):
         self.start, self.anchor, self.kind, self.category, self.name = start, anchor, kind, category, name
+        self.count = anchor.shape[0]
         self.lane, self.dur, self.nbytes, self.order = lane, dur, nbytes, order
 
 
 # what a batch gives each per-node field that is neither provenance, order nor op_id
+# per-node fields whose batch values live in a batch attribute of their own (released once built)
+_BATCH_ARRAYS = {"lane": "lane", "dur": "dur", "bytes": "nbytes"}
+
 _BATCH_VALUE = {
     "kind": lambda ed, b: b.kind,
     "category": lambda ed, b: b.category,
