@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from bench_replay import best_of, print_table  # noqa: E402  (one way of measuring a child process, shared)
+from bench_replay import best_of, byte_compile, print_table  # noqa: E402  (one way of measuring a child process, shared)
 
 TARGET = 1.5  # issue 16: convert CPU <= 1.5 x json.load CPU on the largest real trace
 DEFAULT_TRACES = [ROOT.parent / "shared" / "traces" / "real", ROOT / "tests" / "data"]  # (the shared folder beside a checkout)
@@ -90,10 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="do not byte-compile the project's packages first")
     args = ap.parse_args(argv)
     if not args.no_compile:
-        import compileall
-
-        for pkg in ("tracegen", "fastrack"):
-            compileall.compile_dir(str(ROOT / pkg), quiet=1)
+        byte_compile()
     where = args.traces or [next((d for d in DEFAULT_TRACES if d.is_dir()), DEFAULT_TRACES[-1])]
     traces = find_traces(where)
     if args.limit > 0:
