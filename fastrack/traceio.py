@@ -90,11 +90,26 @@ def as_numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if dtype is None or any(c.null_count for c in chunks):
         return col.to_numpy(zero_copy_only=False) if isinstance(col, pa.ChunkedArray) else col.to_numpy(
             zero_copy_only=False)
-    parts = [np.frombuffer(c.buffers()[1], dtype, count=len(c), offset=c.offset * dtype.itemsize)
-             for c in chunks if len(c)]
+    parts = [buffer_values(c, dtype) for c in chunks if len(c)]
     if not parts:
         return np.zeros(0, dtype)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def buffer_values(arr: pa.Array, dtype: np.dtype) -> np.ndarray:
+    """The values buffer of a fixed-width Arrow array as a read-only numpy view (slots of nulls
+    included, with whatever they hold: see :func:`validity`)."""
+    dtype = np.dtype(dtype)
+    return np.frombuffer(arr.buffers()[1], dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+
+
+def validity(arr: pa.Array) -> np.ndarray | None:
+    """Which slots of an Arrow array hold a value (bool), from its validity bitmap; None when
+    it has no nulls."""
+    if not arr.null_count:
+        return None
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], np.uint8), bitorder="little")
+    return bits[arr.offset:arr.offset + len(arr)].astype(bool)
 
 
 def one_chunk(col: pa.ChunkedArray) -> pa.Array:
@@ -261,11 +276,8 @@ def _valid_values(col: pa.ChunkedArray) -> list[np.ndarray] | None:
     for c in col.chunks:
         if not len(c):
             continue
-        values = np.frombuffer(c.buffers()[1], dtype, count=len(c), offset=c.offset * dtype.itemsize)
-        if c.null_count:
-            bits = np.unpackbits(np.frombuffer(c.buffers()[0], np.uint8), bitorder="little")
-            values = values[bits[c.offset:c.offset + len(c)].astype(bool)]
-        out.append(values)
+        values, valid = buffer_values(c, dtype), validity(c)
+        out.append(values if valid is None else values[valid])
     return out
 
 
@@ -328,12 +340,10 @@ def distinct_values(col: pa.ChunkedArray) -> list:
         for c in col.chunks:
             if not len(c):
                 continue
-            ind = c.indices
-            idx = np.frombuffer(ind.buffers()[1], idx_dtype, count=len(ind), offset=ind.offset * idx_dtype.itemsize)
-            if c.null_count:
+            idx, valid = buffer_values(c.indices, idx_dtype), validity(c)
+            if valid is not None:
                 found.add(None)
-                bits = np.unpackbits(np.frombuffer(c.buffers()[0], np.uint8), bitorder="little")
-                idx = idx[bits[c.offset:c.offset + len(c)].astype(bool)]
+                idx = idx[valid]
             used = np.flatnonzero(np.bincount(idx.astype(np.int64), minlength=len(c.dictionary)))
             words = c.dictionary.to_pylist()
             found.update(words[int(i)] for i in used)

@@ -35,9 +35,10 @@ import pyarrow as pa
 
 from fastrack.errors import GraphError
 from fastrack.schema import COPY_DIR_BY_LABEL, HOST_MEM_BY_LABEL, DepKind, OpKind
-from fastrack.traceio import Trace, as_numpy, one_chunk
+from fastrack.traceio import Trace, as_numpy, buffer_values, one_chunk, validity
 from replay import causal
 from replay.graph import KIND_CATEGORY, Lanes, LaneType, OpGraph
+from replay.keys import sorted_codes
 
 try:  # the compiled edge passes (setup.py ACCELERATORS); without them, their numpy twin
     from replay import _build as _native
@@ -68,11 +69,8 @@ def _dict_codes(table: pa.Table, name: str, mapping: dict, default: int) -> np.n
     lut = np.array([mapping.get(v, default) if v is not None else default for v in labels] or [default], np.int8)
     if col.null_count:
         # (from the buffers: pyarrow's own converters would import pandas)
-        n, off = len(col), col.offset
-        bits = np.frombuffer(col.buffers()[0], np.uint8)
-        valid = np.unpackbits(bits, bitorder="little")[off: off + n].astype(bool)
-        itype = np.dtype(col.type.index_type.to_pandas_dtype())
-        idx = np.frombuffer(col.buffers()[1], itype, count=n, offset=off * itype.itemsize)
+        valid = validity(col)
+        idx = buffer_values(col.indices, np.dtype(col.type.index_type.to_pandas_dtype()))
         out = lut[np.where(valid, np.clip(idx, 0, lut.size - 1), 0)]
         out[~valid] = default
         return out
@@ -265,36 +263,19 @@ def _lanes(t: pa.Table, rank, kind, on_gpu) -> tuple[Lanes, np.ndarray]:
     return lanes, inverse
 
 
-def _encode(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct values in order of first appearance, each value's index among them): hashed, in
-    linear time, compiled (``replay._build.encode``) or by Arrow's dictionary encoding (which
-    imports pyarrow.compute, ~0.1 s of a replay's start)."""
-    if _native is not None:
-        codes = np.empty(values.size, np.int32)
-        return np.frombuffer(_native.encode(values, codes), np.int64), codes
-    # (from the buffer: pa.array of a numpy array would import pandas)
-    enc = pa.Array.from_buffers(pa.int64(), values.size, [None, pa.py_buffer(values)]).dictionary_encode()
-    return as_numpy(enc.dictionary), as_numpy(enc.indices)
-
-
 def _unique_rows(rank: np.ndarray, on_gpu: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(axis=0) of the (rank, lane type, key) rows (lane type: STREAM where ``on_gpu``, else
     HOST_THREAD): the sorted distinct rows (int64) and each op's row index (int32). Fast for
     millions of ops: the three are packed into one int64 when they fit (rank < 2^15, key < 2^47)
-    and hashed (:func:`_encode`, linear time); only the few distinct rows are sorted.
+    and hashed (:func:`replay.keys.sorted_codes`, linear time); only the few distinct rows are sorted.
     Otherwise sorted lexicographically."""
     assert int(LaneType.HOST_THREAD) == 0 and int(LaneType.STREAM) == 1  # the packing below
     if rank.size and rank.max() < (1 << 15) and key.min() >= 0 and key.max() < (1 << 47):
         packed = rank.astype(np.int64) << 48
         packed[on_gpu] |= 1 << 47
         packed |= key
-        first_seen, codes = _encode(packed)
+        uniq, inverse = sorted_codes(packed)
         del packed
-        by_value = np.argsort(first_seen)
-        uniq = first_seen[by_value]
-        rank_of = np.empty(by_value.size, np.int32)
-        rank_of[by_value] = np.arange(by_value.size, dtype=np.int32)
-        inverse = rank_of[codes]
         rows = np.stack([uniq >> 48, (uniq >> 47) & 1, uniq & ((1 << 47) - 1)], axis=1)
         return rows, inverse
     rank = rank.astype(np.int64)

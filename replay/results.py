@@ -23,6 +23,7 @@ from fastrack.schema import DepKind, OpKind
 from replay import engine
 from replay.engine import BOUND_GROUP, BOUND_LANE, BOUND_RELEASE, Schedule
 from replay.graph import Category, LaneType, OpGraph
+from replay.keys import sorted_codes
 
 # Category of the time spent on an edge's lag (between the prerequisite and the node).
 EDGE_CATEGORY = {
@@ -179,7 +180,7 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
 def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.ndarray, list[np.ndarray]]:
     """Unique keys (ascending, int64) and, per key, the min or max of each column, in linear time:
     integer keys (non-negative) index a table directly when they are dense (ranks), else are
-    hashed (Arrow's dictionary encoding) and only the distinct keys are sorted."""
+    hashed (:func:`replay.keys.sorted_codes`) and only the distinct keys are sorted."""
     keys = np.asarray(keys)
     if keys.size == 0:
         return keys.astype(np.int64), [np.zeros(0, v.dtype) for v, _ in cols]
@@ -192,20 +193,8 @@ def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.n
         uniq = np.flatnonzero(present)
         code, size = keys, hi + 1
     else:
-        import pyarrow as pa
-
-        # (from the buffer: pa.array of a numpy array would import pandas)
-        keys = np.ascontiguousarray(keys, np.int64)
-        enc = pa.Array.from_buffers(pa.int64(), keys.size, [None, pa.py_buffer(keys)])
-        enc = enc.dictionary_encode()
-        seen = np.frombuffer(enc.dictionary.buffers()[1], np.int64, count=len(enc.dictionary),
-                             offset=enc.dictionary.offset * 8)
-        by_value = np.argsort(seen)
-        rank_of = np.empty(by_value.size, np.int64)
-        rank_of[by_value] = np.arange(by_value.size)
-        idx = enc.indices
-        code = rank_of[np.frombuffer(idx.buffers()[1], np.int32, count=len(idx), offset=idx.offset * 4)]
-        uniq, size = seen[by_value], by_value.size
+        uniq, code = sorted_codes(keys)
+        size = uniq.size
         present = None
     out = []
     for values, how in cols:
