@@ -113,13 +113,51 @@ def slowdown(makespan_ns, reference_ns, digits: int | None = None):
     return ratio if digits is None else ratio.round(digits)
 
 
-def entry_times(graph: OpGraph, sched: Schedule) -> np.ndarray:
-    """When each node was reached: its start, except for a blocking call (``sync`` op): the time
-    its thread reached the call (its release and every prerequisite other than the GPU work it
-    waits for). The wait between the two belongs to the call's span, as it does in a trace."""
+SLICE_NODES = 1 << 20  # nodes per slice of the per-node reductions: their temporaries stay ~8 MiB a column
+
+
+def _slices(n: int):
+    """Consecutive node slices of at most :data:`SLICE_NODES` (memory: every per-node reduction of
+    the summary works slice by slice, so its temporaries do not grow with the graph)."""
+    for lo in range(0, n, SLICE_NODES):
+        yield slice(lo, min(n, lo + SLICE_NODES))
+
+
+class _Entered:
+    """:func:`entry_times` without the full array: the start times, except at the blocking calls
+    (sorted indices ``at``, entry times ``value``); or a full array a caller already has."""
+
+    def __init__(self, start: np.ndarray, at: np.ndarray | None = None, value: np.ndarray | None = None,
+                 full: np.ndarray | None = None):
+        self.start, self.at, self.value, self.full = start, at, value, full
+
+    def part(self, sl: slice) -> np.ndarray:
+        if self.full is not None:
+            return self.full[sl]
+        if self.at is None or not self.at.size:
+            return self.start[sl]
+        k0, k1 = np.searchsorted(self.at, (sl.start, sl.stop))
+        if k0 == k1:
+            return self.start[sl]
+        out = self.start[sl].copy()
+        out[self.at[k0:k1] - sl.start] = self.value[k0:k1]
+        return out
+
+    def array(self) -> np.ndarray:
+        if self.full is not None:
+            return self.full
+        if self.at is None or not self.at.size:
+            return self.start
+        out = self.start.copy()
+        out[self.at] = self.value
+        return out
+
+
+def _entered(graph: OpGraph, sched: Schedule) -> _Entered:
+    """When each node was reached (:func:`entry_times`), stored for the blocking calls only."""
     sy = np.flatnonzero(graph.kind == OpKind.SYNC)
     if not sy.size:
-        return sched.start
+        return _Entered(sched.start)
     # the edges of the blocking calls only, in edge order, and the call each belongs to
     lo, counts = graph.dep_ptr[sy], graph.dep_ptr[sy + 1] - graph.dep_ptr[sy]
     owner = np.repeat(np.arange(sy.size), counts)  # index into sy
@@ -131,38 +169,77 @@ def entry_times(graph: OpGraph, sched: Schedule) -> np.ndarray:
     bound = np.where(graph.dep_kind[e] == DepKind.LAUNCH, sched.start[src], sched.finish[src]) + graph.dep_lag[e]
     entry = graph.release[sy].astype(np.int64, copy=True)
     np.maximum.at(entry, owner, bound)
-    out = sched.start.copy()
-    out[sy] = np.minimum(sched.start[sy], entry)
-    return out
+    return _Entered(sched.start, sy, np.minimum(sched.start[sy], entry))
+
+
+def entry_times(graph: OpGraph, sched: Schedule) -> np.ndarray:
+    """When each node was reached: its start, except for a blocking call (``sync`` op): the time
+    its thread reached the call (its release and every prerequisite other than the GPU work it
+    waits for). The wait between the two belongs to the call's span, as it does in a trace."""
+    return _entered(graph, sched).array()
+
+
+class _KeyedMinMax:
+    """Per-key min or max of columns, gathered slice by slice: each slice's per-key results (a few
+    rows) are kept and reduced once more at the end; the same result as one pass over all nodes."""
+
+    def __init__(self, *hows: str):
+        self.hows = hows
+        self.keys: list[np.ndarray] = []
+        self.parts: list[list[np.ndarray]] = [[] for _ in hows]
+
+    def add(self, keys: np.ndarray, *values: np.ndarray) -> None:
+        uk, reduced = _group_reduce(keys, *zip(values, self.hows))
+        self.keys.append(uk)
+        for part, r in zip(self.parts, reduced):
+            part.append(r)
+
+    def result(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
+        cols = [(np.concatenate(p) if p else np.zeros(0, np.int64), how) for p, how in zip(self.parts, self.hows)]
+        return _group_reduce(keys, *cols)
 
 
 def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) -> ReplayResult:
-    rank = graph.rank
-    entered = entry_times(graph, sched)
-    ur, (s0, s1) = _group_reduce(rank, (entered, "min"), (sched.finish, "max"))
+    entered = _entered(graph, sched)
+    spans, caps = _KeyedMinMax("min", "max"), _KeyedMinMax("min", "max")
+    first = last = None  # of the replay (entry, finish)
+    c_first = c_last = None  # of the measured nodes (captured start, end; shifted as the replay's clocks)
+    shift = None
+    if graph.n and graph.rank_shift.size > int(graph.rank.max()) and graph.rank_shift.any():
+        shift = graph.rank_shift
+    for sl in _slices(graph.n):
+        rank, came, done = graph.rank[sl], entered.part(sl), sched.finish[sl]
+        spans.add(rank, came, done)
+        first = came.min() if first is None else min(first, came.min())
+        last = done.max() if last is None else max(last, done.max())
+        del came, done
+        # the measured nodes (every node of a captured replay: then no index copies)
+        c_start = graph.captured_start[sl]
+        measured = c_start >= 0
+        if measured.all():
+            c_dur = graph.captured_dur[sl]
+        else:
+            idx = np.flatnonzero(measured)
+            rank, c_start, c_dur = rank[idx], c_start[idx], graph.captured_dur[sl][idx]
+        c_end = c_start + c_dur
+        caps.add(rank, c_start, c_end)
+        if c_start.size:
+            lo, hi = (c_start, c_end) if shift is None else (c_start + shift[rank], c_end + shift[rank])
+            c_first = lo.min() if c_first is None else min(c_first, lo.min())
+            c_last = hi.max() if c_last is None else max(c_last, hi.max())
+    ur, (s0, s1) = spans.result()
     ranks = [int(r) for r in ur]
-    # the measured nodes (every node of a captured replay: then no index copies)
-    measured = graph.captured_start >= 0
-    whole = bool(measured.all())
-    cap = None if whole else np.flatnonzero(measured)
-    del measured
-    c_rank = rank if whole else rank[cap]
-    c_start = graph.captured_start if whole else graph.captured_start[cap]
-    c_end = c_start + (graph.captured_dur if whole else graph.captured_dur[cap])
-    cr, (c0, c1) = _group_reduce(c_rank, (c_start, "min"), (c_end, "max"))
+    cr, (c0, c1) = caps.result()
     cap_span = dict(zip(cr.tolist(), (c1 - c0).tolist()))
     per_rank = [RankSpan(rank=int(r), makespan_ns=int(b - a), captured_span_ns=int(cap_span.get(int(r), 0)))
                 for r, a, b in zip(ur.tolist(), s0, s1)]
-    makespan = int(sched.finish.max() - entered.min())
+    if first is None:
+        raise ValueError("summarize: the graph has no nodes")
+    makespan = int(last - first)
     # captured span of the whole job: ranks' clocks aligned by the same shifts as the replay
-    if not c_start.size:
-        captured_span = 0
-    elif graph.rank_shift.size > int(rank.max()) and graph.rank_shift.any():
-        shift = graph.rank_shift[c_rank]
-        captured_span = int((c_end + shift).max() - (c_start + shift).min())
-    else:  # no shift (or no shift per rank): as measured
-        captured_span = int(c_end.max() - c_start.min())
-    del c_rank, c_start, c_end, cap
+    # (no shift, or no shift per rank: as measured)
+    captured_span = 0 if c_first is None else int(c_last - c_first)
     return ReplayResult(
         protocol=protocol,
         makespan_ns=makespan,
@@ -170,7 +247,7 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
         nodes=graph.n,
         ranks=ranks,
         per_rank=per_rank,
-        steps=step_spans(graph, sched, entered),
+        steps=_step_spans(graph, sched, entered),
         critical_path_ns=critical_path(graph, sched),
         resources=resource_usage(graph, sched, makespan),
         captured_span_ns=captured_span,
@@ -206,27 +283,37 @@ def _group_reduce(keys: np.ndarray, *cols: tuple[np.ndarray, str]) -> tuple[np.n
 
 
 def step_spans(graph: OpGraph, sched: Schedule, entered: np.ndarray | None = None) -> list[dict[str, int]]:
-    """Replayed and captured span of every (rank, step) the trace marks."""
-    valid = graph.step >= 0
-    every = bool(valid.all())  # (then no index copies)
-    has = None if every else np.flatnonzero(valid)
-    del valid
-    if has is not None and not has.size:
+    """Replayed and captured span of every (rank, step) the trace marks (``entered``: the
+    :func:`entry_times` when the caller has them)."""
+    return _step_spans(graph, sched, _entered(graph, sched) if entered is None else _Entered(sched.start, full=entered))
+
+
+def _pick(a: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
+    return a if idx is None else a[idx]
+
+
+def _step_spans(graph: OpGraph, sched: Schedule, entered: _Entered) -> list[dict[str, int]]:
+    spans, caps = _KeyedMinMax("min", "max"), _KeyedMinMax("min", "max")
+    for sl in _slices(graph.n):
+        step = graph.step[sl]
+        valid = step >= 0
+        if not valid.any():
+            continue
+        has = None if valid.all() else np.flatnonzero(valid)  # (None: every node, no index copies)
+        del valid
+        keys = _pick(graph.rank[sl], has).astype(np.int64)
+        keys <<= 32
+        keys |= _pick(step, has)
+        spans.add(keys, _pick(entered.part(sl), has), _pick(sched.finish[sl], has))
+        measured = _pick(graph.captured_start[sl], has) >= 0
+        cap = has if measured.all() else (np.flatnonzero(measured) if has is None else has[measured])
+        ckeys = keys if cap is has else keys[measured]
+        c_start = _pick(graph.captured_start[sl], cap)
+        caps.add(ckeys, c_start, c_start + _pick(graph.captured_dur[sl], cap))
+    if not spans.keys:
         return []
-    entered = entry_times(graph, sched) if entered is None else entered
-
-    def pick(a, idx):
-        return a if every and idx is has else a[idx]
-
-    keys = pick(graph.rank, has).astype(np.int64)
-    keys <<= 32
-    keys |= pick(graph.step, has)
-    uk, (s0, s1) = _group_reduce(keys, (pick(entered, has), "min"), (pick(sched.finish, has), "max"))
-    measured = pick(graph.captured_start, has) >= 0
-    cap = has if measured.all() else (np.flatnonzero(measured) if has is None else has[measured])
-    ckeys = keys if cap is has else keys[measured]
-    c_start = pick(graph.captured_start, cap)
-    cuk, (c0, c1) = _group_reduce(ckeys, (c_start, "min"), (c_start + pick(graph.captured_dur, cap), "max"))
+    uk, (s0, s1) = spans.result()
+    cuk, (c0, c1) = caps.result()
     cap_span = dict(zip(cuk.tolist(), (c1 - c0).tolist()))
     return [{"rank": int(k >> 32), "step": int(k & 0xFFFFFFFF), "makespan_ns": int(b - a),
              "captured_span_ns": int(cap_span.get(int(k), 0))} for k, a, b in zip(uk.tolist(), s0, s1)]
@@ -281,14 +368,15 @@ def resource_usage(graph: OpGraph, sched: Schedule, makespan: int) -> list[dict[
     (finish of the releasing node - start of the holder), ``peak_servers`` the size the pool grew
     to, and utilisation is relative to that size."""
     lanes = graph.lanes
-    on_lane = graph.lane >= 0
-    if on_lane.all():  # (every node of a trace's graph: no index copies)
-        lane, took = graph.lane, sched.finish - sched.start
-    else:
-        lane, took = graph.lane[on_lane], (sched.finish - sched.start)[on_lane]
-    busy = np.bincount(lane, weights=took, minlength=len(lanes)).astype(np.int64)
-    count = np.bincount(lane, minlength=len(lanes))
-    del lane, took
+    busy = np.zeros(len(lanes), np.int64)
+    count = np.zeros(len(lanes), np.int64)
+    for sl in _slices(graph.n):  # (exact: a slice's per-lane sums of int64 ns stay far below 2**53)
+        lane, took = graph.lane[sl], sched.finish[sl] - sched.start[sl]
+        on_lane = lane >= 0
+        if not on_lane.all():  # (every node of a trace's graph is on a lane: no index copies)
+            lane, took = lane[on_lane], took[on_lane]
+        busy += np.bincount(lane, weights=took, minlength=len(lanes)).astype(np.int64)
+        count += np.bincount(lane, minlength=len(lanes))
     holders = np.flatnonzero(graph.hold_lane >= 0)
     held = sched.finish[graph.hold_until[holders]] - sched.start[holders]
     busy += np.bincount(graph.hold_lane[holders], weights=np.maximum(held, 0), minlength=len(lanes)).astype(np.int64)
