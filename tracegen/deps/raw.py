@@ -47,10 +47,16 @@ def int_col(raw: pd.DataFrame, name: str, path: str | None) -> np.ndarray:
     return np.rint(v).astype(np.int64)
 
 
-def obj_col(raw: pd.DataFrame, name: str) -> np.ndarray:
+def obj_col(raw: pd.DataFrame, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """Column ``name`` (of the ``rows`` given, else all) as an object array, missing values None."""
+    n = len(raw) if rows is None else len(rows)
     if name not in raw:
-        return np.full(len(raw), RAW_DEFAULTS.get(name), dtype=object)
-    return raw[name].to_numpy(dtype=object, na_value=None)
+        return np.full(n, RAW_DEFAULTS.get(name), dtype=object)
+    if rows is None:
+        return raw[name].to_numpy(dtype=object, na_value=None)
+    v = raw[name].to_numpy(dtype=object)[rows]
+    v[pd.isna(v)] = None
+    return v
 
 
 def map_unique(values: np.ndarray, func) -> np.ndarray:
@@ -62,9 +68,10 @@ def map_unique(values: np.ndarray, func) -> np.ndarray:
     return mapped[codes]
 
 
-def label_col(raw: pd.DataFrame, name: str, enum_cls) -> np.ndarray:
-    """copy_dir / host_mem given as labels or enum ints -> object array of label or None."""
-    v = obj_col(raw, name)
+def label_col(raw: pd.DataFrame, name: str, enum_cls, rows: np.ndarray | None = None) -> np.ndarray:
+    """copy_dir / host_mem given as labels or enum ints -> object array of label or None (of the
+    ``rows`` given, else all)."""
+    v = obj_col(raw, name, rows)
 
     def label(x):
         if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
@@ -131,8 +138,8 @@ def _check_times(raw: pd.DataFrame, path: str | None) -> None:
 def _scope_codes(raw: pd.DataFrame, path: str | None) -> np.ndarray:
     if "sync_scope" not in raw:
         return np.zeros(len(raw), np.int64)
-    sc = map_unique(
-        raw["sync_scope"].to_numpy(dtype=object, na_value=None),
+    sc = map_unique(  # (missing values are factorized as missing: no need to make them None first)
+        raw["sync_scope"].to_numpy(dtype=object),
         lambda x: SCOPE_CODES.get("" if x is None else str(x).strip().lower(), -1),
     ).astype(np.int64)
     if (sc < 0).any():
