@@ -57,6 +57,30 @@ def _dict_col(values: np.ndarray, rows: np.ndarray | None = None) -> pa.Array:
     )
 
 
+def _name_codes(r: RawOps, x: HostOps, gaps: GapOps, G: np.ndarray) -> np.ndarray:
+    """Per op of the index, the code of its name among ``r.name_values`` (gap ops: their
+    annotation's, or that of "cpu", which is ``len(r.name_values)`` when no raw row has that name)."""
+    code = r.name_code
+    hit = np.flatnonzero(r.name_values == "cpu")
+    cpu = int(hit[0]) if len(hit) else len(r.name_values)
+    gap = np.where(gaps.name_row >= 0, code[np.maximum(gaps.name_row, 0)], cpu) if gaps.n else EMPTY
+    return np.concatenate([code[x.raw], gap, code[G]])
+
+
+def _name_col(codes: np.ndarray, values: np.ndarray) -> pa.Array:
+    """The name column from name codes (-1: missing), as :func:`_dict_col` of the names would
+    make it: dictionary in order of first appearance."""
+    known = codes >= 0
+    if known.all():
+        idx, used = pd.factorize(codes)
+    else:
+        sub, used = pd.factorize(codes[known])
+        idx = np.full(len(codes), -1, np.int64)
+        idx[known] = sub
+    names = np.append(values, "cpu")[used]
+    return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32), mask=idx < 0), pa.array(names, pa.string()))
+
+
 def _rank_min(rank: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per op, the smallest ``t`` of its rank."""
     if not len(rank):
@@ -100,7 +124,7 @@ def assemble_table(r: RawOps, ann: Annotations, x: HostOps, gaps: GapOps, g: Gpu
 
     G = g.raw
     is_coll = g.kind == OpKind.COLLECTIVE
-    O_name = np.concatenate([r.names[x.raw], gaps.name, r.names[G]]).astype(object)
+    O_name = _name_codes(r, x, gaps, G)
     none_h = np.full(nX + nP, None, dtype=object)
     copy_dir = np.concatenate([none_h, label_col(r.frame, "copy_dir", CopyDir, G)])
     host_mem = np.concatenate([none_h, label_col(r.frame, "host_mem", HostMem, G)])
@@ -121,7 +145,7 @@ def assemble_table(r: RawOps, ann: Annotations, x: HostOps, gaps: GapOps, g: Gpu
         "thread": take(O_thread),
         "stream": take(O_stream),
         "kind": kinds,
-        "name": _dict_col(take(O_name)),
+        "name": _name_col(take(O_name), r.name_values),
         "start_ns": take(O_start),
         "dur_ns": take(O_end - O_start),
         "bytes": take(nbytes),

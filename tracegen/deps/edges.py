@@ -6,14 +6,14 @@ import numpy as np
 import pyarrow as pa
 
 from fastrack.schema import DepKind
-from tracegen.deps.search import EMPTY
+from tracegen.deps.search import EMPTY, distinct
 
 
 def _unique_sorted(dst: np.ndarray, src: np.ndarray, kind: np.ndarray, n: int):
     """The distinct (dst, kind, src) triples, sorted by them (op ids in ``[0, n)``, kinds < 256):
     one sort of a packed int64 key while it fits, else a lexsort."""
     if (n + 1) * (n + 1) * 256 < 2**62:
-        key = np.unique((dst * 256 + kind.astype(np.int64)) * (n + 1) + src)
+        key = distinct((dst * 256 + kind.astype(np.int64)) * (n + 1) + src)
         return key // ((n + 1) * 256), key % (n + 1), ((key // (n + 1)) % 256).astype(np.uint8)
     order = np.lexsort((src, kind, dst))
     dst, src, kind = dst[order], src[order], kind[order]

@@ -181,7 +181,7 @@ class GapOps:
     thread: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    name: np.ndarray
+    name_row: np.ndarray  # raw row of the annotation that names it, or -1: named "cpu"
 
     @property
     def n(self) -> int:
@@ -202,14 +202,14 @@ def gap_ops(x: HostOps, r: RawOps, ann: Annotations) -> GapOps:
     P_thread = x.thread[xo][gsel] if some else EMPTY
     P_start, P_end = (gap_lo[gsel], gap_hi[gsel]) if some else (EMPTY, EMPTY)
     nP = len(gsel)
-    P_name = np.full(nP, "cpu", dtype=object)
+    P_name_row = np.full(nP, -1, np.int64)
     op_idx = ann.operator_rows
     if nP and len(op_idx):
         ak, qk = key_ids([r.rank[op_idx], r.thread[op_idx]], [P_rank, P_thread])
         enc = enclosing(ak, r.start[op_idx], r.end[op_idx], qk, P_start, P_end)
         hit = enc >= 0
-        P_name[hit] = r.names[op_idx[enc[hit]]]
-    return GapOps(rank=P_rank, thread=P_thread, start=P_start, end=P_end, name=P_name)
+        P_name_row[hit] = op_idx[enc[hit]]
+    return GapOps(rank=P_rank, thread=P_thread, start=P_start, end=P_end, name_row=P_name_row)
 
 
 def program_edges(x: HostOps, gaps: GapOps, edges: Edges) -> None:

@@ -20,7 +20,7 @@ from tracegen.deps.held import TIMESTAMP_TOL_NS, WAIT_GAP_MAX_NS
 from tracegen.deps.hosts import HostCalls
 from tracegen.deps.launches import GpuOps
 from tracegen.deps.raw import RawOps
-from tracegen.deps.search import EMPTY
+from tracegen.deps.search import EMPTY, distinct
 
 # A launching call longer than this (ns) may have blocked on a full queue. Unblocked launch calls
 # on the real traces take 3-28 us at the median and at most 76 us (cudaLaunchKernel, A100).
@@ -29,7 +29,7 @@ BLOCKED_LAUNCH_MIN_NS = 100_000
 
 def blocked_launches(c: HostCalls, g: GpuOps, r: RawOps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(calls, split points, GPU op each waited for) of the launching calls blocked on a full queue."""
-    launched = np.unique(g.launch[g.launch >= 0])
+    launched = distinct(g.launch[g.launch >= 0])
     if not launched.size:
         return EMPTY, EMPTY, EMPTY
     dur = c.end - c.start

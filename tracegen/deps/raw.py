@@ -7,6 +7,7 @@ The contract of the frame is in :mod:`tracegen.deps`. :func:`read_raw_ops` turns
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any
 
@@ -100,7 +101,8 @@ class RawOps:
     stream: np.ndarray
     corr: np.ndarray
     step_in: np.ndarray
-    names: np.ndarray
+    name_code: np.ndarray  # per row: index into name_values, -1 for a missing name
+    name_values: np.ndarray  # the distinct names (object array), in order of first appearance
     sync_stream: np.ndarray
     event_corr: np.ndarray
     record_stream: np.ndarray
@@ -108,6 +110,19 @@ class RawOps:
     scope: np.ndarray  # SCOPE_CODES value
     blocking: np.ndarray
     marker: np.ndarray  # a request marker (fastrack.markers): a zero-duration CPU row written out as a host op
+
+    @functools.cached_property
+    def names(self) -> np.ndarray:
+        """Name of every row (object array; None where missing)."""
+        return np.append(self.name_values, None)[self.name_code]
+
+    def map_names(self, func, rows: np.ndarray) -> np.ndarray:
+        """``func`` of the name of each of ``rows`` (object array), computed once per distinct
+        name (``func(None)`` for a missing one)."""
+        mapped = np.empty(len(self.name_values) + 1, dtype=object)
+        mapped[:-1] = [func(u) for u in self.name_values]
+        mapped[-1] = func(None)
+        return mapped[self.name_code[rows]]
 
     @property
     def is_host(self) -> np.ndarray:
@@ -169,6 +184,9 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
             f"raw op {i} has a negative duration ({int(dur[i])} ns); {neg.size} op(s) affected",
             path=path,
         )
+    # names are factorized once, in row order (their objects lie in memory in that order: a
+    # pass in any other order is bound by cache misses); later steps work on the codes
+    name_code, name_values = pd.factorize(raw["name"].to_numpy(dtype=object), use_na_sentinel=True)
     ops = RawOps(
         frame=raw, path=path, kind=kind, start=start, dur=dur, end=start + dur,
         rank=int_col(raw, "rank", path),
@@ -177,7 +195,7 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
         stream=int_col(raw, "stream", path),
         corr=int_col(raw, "correlation", path),
         step_in=int_col(raw, "step", path),
-        names=obj_col(raw, "name").astype(object),
+        name_code=name_code.astype(np.int64, copy=False), name_values=np.asarray(name_values, dtype=object),
         sync_stream=int_col(raw, "sync_stream", path),
         event_corr=int_col(raw, "event_corr", path),
         record_stream=int_col(raw, "record_stream", path),
@@ -188,7 +206,7 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
     )
     cpu0 = np.flatnonzero((kind == OpKind.CPU) & (dur == 0))
     if cpu0.size:
-        ops.marker[cpu0] = map_unique(ops.names[cpu0], _is_request_marker).astype(bool)
+        ops.marker[cpu0] = ops.map_names(_is_request_marker, cpu0).astype(bool)
     if not (ops.is_host.any() or ops.is_gpu.any()):
         raise TraceFormatError("empty trace: no CUDA calls and no GPU operations", path=path)
     return ops
@@ -209,12 +227,11 @@ def _is_request_marker(name) -> bool:
 
 def annotations(ops: RawOps) -> Annotations:
     a_idx = np.flatnonzero((ops.kind == OpKind.CPU) & ~ops.marker)
-    a_names = ops.names[a_idx]
 
     def step_no(x):
         m = _STEP_RE.match(x) if isinstance(x, str) else None
         return int(m.group(1)) if m else -1
 
-    a_step = map_unique(a_names, step_no).astype(np.int64) if len(a_names) else EMPTY
+    a_step = ops.map_names(step_no, a_idx).astype(np.int64) if len(a_idx) else EMPTY
     a_is_step = a_step >= 0
     return Annotations(step_rows=a_idx[a_is_step], step_numbers=a_step[a_is_step], operator_rows=a_idx[~a_is_step])

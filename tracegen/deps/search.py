@@ -44,6 +44,13 @@ class Ordered:
         self.t = t[self.order]
 
     def _composite(self, qt: np.ndarray, qkey: np.ndarray):
+        """(key, t) of the items and of the queries as one int64 each, ordered as the pairs: key
+        times the span of t plus t when that fits (one pass), else key and the dense rank of t."""
+        lo = min(int(self.t.min()), int(qt.min()))
+        span = max(int(self.t.max()), int(qt.max())) - lo + 1
+        keys = max(abs(int(self.key[0])), abs(int(qkey.min())), int(self.key[-1]) + 1, int(qkey.max()) + 1)
+        if keys * span < 2**62:
+            return self.key * span + (self.t - lo), qkey * span + (qt - lo)
         allt = np.concatenate([self.t, qt])
         uniq, inv = np.unique(allt, return_inverse=True)
         bits = max(1, int(len(uniq)).bit_length())
@@ -67,6 +74,15 @@ class Ordered:
         pc = np.minimum(p, len(a) - 1)
         ok = (p < len(a)) & (self.key[pc] == qkey)
         return np.where(ok, self.order[pc], -1)
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of an int array (as ``np.unique``, whose hash-table path is slow on
+    many distinct values)."""
+    s = np.sort(a)
+    if len(s) > 1:
+        s = s[np.concatenate([[True], s[1:] != s[:-1]])]
+    return s
 
 
 def key_ids(item_cols: list[np.ndarray], query_cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
