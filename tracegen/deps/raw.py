@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from fastrack.errors import TraceFormatError
 from fastrack.markers import REQUEST_PREFIX, parse_request_marker
@@ -163,6 +164,23 @@ def _scope_codes(raw: pd.DataFrame, path: str | None) -> np.ndarray:
     return sc
 
 
+def _factorize_names(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, -1 where missing; distinct names in order of first appearance), as
+    ``pd.factorize``. Names are factorized once, in row order (their objects lie in memory in
+    that order; a pass in any other order is bound by cache misses), and later steps work on the
+    codes. Arrow's dictionary encoding does it in half the time of pandas' when every name is a
+    string; anything else (a missing or non-string name) takes pandas' way."""
+    values = col.to_numpy(dtype=object)
+    try:
+        enc = pa.array(values, pa.string()).dictionary_encode()
+    except (pa.ArrowException, TypeError, ValueError, UnicodeError):
+        enc = None
+    if isinstance(enc, pa.DictionaryArray) and enc.null_count == 0:  # (a huge column comes back chunked)
+        return enc.indices.to_numpy().astype(np.int64), enc.dictionary.to_numpy(zero_copy_only=False)
+    code, uniq = pd.factorize(values, use_na_sentinel=True)
+    return code.astype(np.int64, copy=False), np.asarray(uniq, dtype=object)
+
+
 def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
     """Typed, validated arrays of ``raw`` (errors name ``path``)."""
     if len(raw) == 0:
@@ -184,9 +202,7 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
             f"raw op {i} has a negative duration ({int(dur[i])} ns); {neg.size} op(s) affected",
             path=path,
         )
-    # names are factorized once, in row order (their objects lie in memory in that order: a
-    # pass in any other order is bound by cache misses); later steps work on the codes
-    name_code, name_values = pd.factorize(raw["name"].to_numpy(dtype=object), use_na_sentinel=True)
+    name_code, name_values = _factorize_names(raw["name"])
     ops = RawOps(
         frame=raw, path=path, kind=kind, start=start, dur=dur, end=start + dur,
         rank=int_col(raw, "rank", path),
@@ -195,7 +211,7 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
         stream=int_col(raw, "stream", path),
         corr=int_col(raw, "correlation", path),
         step_in=int_col(raw, "step", path),
-        name_code=name_code.astype(np.int64, copy=False), name_values=np.asarray(name_values, dtype=object),
+        name_code=name_code, name_values=name_values,
         sync_stream=int_col(raw, "sync_stream", path),
         event_corr=int_col(raw, "event_corr", path),
         record_stream=int_col(raw, "record_stream", path),
