@@ -15,7 +15,7 @@ from fastrack.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
 from tracegen.deps.launches import GpuOps
 from tracegen.deps.raw import RawOps, int_col, obj_col
-from tracegen.deps.search import EMPTY, distinct, group_ids
+from tracegen.deps.search import EMPTY, distinct, group_ids, join
 
 
 @dataclasses.dataclass
@@ -53,23 +53,8 @@ def collective_edges(r: RawOps, g: GpuOps, gpu_base: int, edges: Edges) -> Colle
             coll_seq = coll_seq.copy()
             coll_seq[ci] = seq
         if len(distinct(rank)) > 1:
-            dst, src = _members(group_ids(grp_key, typ_key, seq))
+            key = group_ids(grp_key, typ_key, seq)
+            dst, src = join(key, key)
             other = rank[dst] != rank[src]
             edges.add(gpu_base + ci[dst[other]], gpu_base + ci[src[other]], DepKind.COLLECTIVE)
     return CollectiveFields(type=coll_type, group=coll_group, seq=coll_seq, bytes=coll_bytes)
-
-
-def _members(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every ordered pair (i, j) of positions with the same ``key`` (i == j included)."""
-    order = np.argsort(key, kind="stable")
-    k = key[order]
-    first = np.ones(len(k), bool)
-    first[1:] = k[1:] != k[:-1]
-    starts = np.flatnonzero(first)
-    sizes = np.diff(np.append(starts, len(k)))
-    grp_of = np.cumsum(first) - 1
-    counts = sizes[grp_of]  # per sorted position: members of its group
-    dst = np.repeat(np.arange(len(k)), counts)
-    begin = np.cumsum(counts) - counts
-    src = np.repeat(starts[grp_of], counts) + (np.arange(len(dst)) - np.repeat(begin, counts))
-    return order[dst], order[src]

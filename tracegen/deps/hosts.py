@@ -20,9 +20,57 @@ import pandas as pd
 from fastrack.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
 from tracegen.deps.raw import Annotations, RawOps
-from tracegen.deps.search import EMPTY, I64_MIN, enclosing, key_ids
+from tracegen.deps.search import EMPTY, I64_MIN, distinct, enclosing, key_ids
 
 _I64_MAX = np.iinfo(np.int64).max
+
+
+@dataclasses.dataclass
+class CorrMap:
+    """(rank, correlation id) -> the host op of the first call (in flattening order) with that id."""
+
+    rank: np.ndarray  # distinct (rank, corr) pairs, sorted
+    corr: np.ndarray
+    hop: np.ndarray
+
+    @classmethod
+    def of(cls, rank: np.ndarray, corr: np.ndarray, hop: np.ndarray) -> CorrMap:
+        """From the calls in flattening order (entries with a negative correlation are left out)."""
+        has = corr >= 0
+        rank, corr, hop = rank[has], corr[has], hop[has]
+        o = np.lexsort((np.arange(len(rank)), corr, rank))
+        rank, corr, hop = rank[o], corr[o], hop[o]
+        first = np.ones(len(rank), bool)
+        first[1:] = (rank[1:] != rank[:-1]) | (corr[1:] != corr[:-1])
+        return cls(rank[first], corr[first], hop[first])
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    def find(self, rank: np.ndarray, corr: np.ndarray) -> np.ndarray:
+        """Host op of each (rank, corr) query, -1 where none."""
+        out = np.full(len(rank), -1, np.int64)
+        if not len(self.rank) or not len(rank):
+            return out
+        ranks = distinct(self.rank)
+        ri = np.minimum(np.searchsorted(ranks, rank), len(ranks) - 1)
+        ok = (ranks[ri] == rank) & (corr >= 0)
+        span = max(int(self.corr.max()), int(corr.max())) + 1
+        if len(ranks) * span < 2**62:  # one sorted int64 key: rank index, then corr
+            keys = np.searchsorted(ranks, self.rank) * span + self.corr
+            q = ri * span + np.where(ok, corr, 0)
+            p = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+            hit = ok & (keys[p] == q)
+            out[hit] = self.hop[p[hit]]
+            return out
+        for k, rv in enumerate(ranks.tolist()):
+            lo, hi = np.searchsorted(self.rank, rv, "left"), np.searchsorted(self.rank, rv, "right")
+            sel = np.flatnonzero(ok & (ri == k))
+            p = lo + np.searchsorted(self.corr[lo:hi], corr[sel])
+            pc = np.minimum(p, hi - 1)
+            hit = (p < hi) & (self.corr[pc] == corr[sel])
+            out[sel[hit]] = self.hop[pc[hit]]
+        return out
 
 
 @dataclasses.dataclass
@@ -43,7 +91,7 @@ class HostCalls:
     blocking: np.ndarray
     device: np.ndarray
     corr: np.ndarray
-    corr_map: pd.DataFrame  # (rank, corr) -> hop: the call a correlation id belongs to
+    corr_map: CorrMap  # (rank, corr) -> hop: the call a correlation id belongs to
 
 
 def flatten_host_calls(r: RawOps) -> HostCalls:
@@ -86,8 +134,7 @@ def flatten_host_calls(r: RawOps) -> HostCalls:
     tpos = np.flatnonzero(top)
     hop_of_pos = np.cumsum(top) - 1
     hop_of_pos = hop_of_pos[cont] if nh else EMPTY
-    cmap = pd.DataFrame({"rank": rank[h], "corr": r.corr[h], "hop": hop_of_pos})
-    cmap = cmap[cmap["corr"] >= 0].drop_duplicates(["rank", "corr"], keep="first")
+    cmap = CorrMap.of(rank[h], r.corr[h], hop_of_pos)
     raw_rows = h[tpos]
     scope, ss, ec, rs, ws, dev = (a[tpos] for a in hints)
     return HostCalls(raw=raw_rows, rank=rank[raw_rows], thread=thread[raw_rows], start=hs[tpos], end=he[tpos],

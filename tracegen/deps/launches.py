@@ -20,7 +20,7 @@ import pandas as pd
 
 from fastrack.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
-from tracegen.deps.hosts import HostOps
+from tracegen.deps.hosts import CorrMap, HostOps
 from tracegen.deps.raw import RawOps
 from tracegen.deps.search import EMPTY, I64_MIN, Ordered, key_ids
 
@@ -52,16 +52,14 @@ class GpuOps:
         return self.launch >= 0
 
 
-def gpu_ops(r: RawOps, corr_map: pd.DataFrame) -> GpuOps:
+def gpu_ops(r: RawOps, corr_map: CorrMap) -> GpuOps:
     """The GPU ops of ``r`` and their real launches (``corr_map`` from the flattened host calls)."""
     G = np.flatnonzero(r.is_gpu)
     G = G[np.lexsort((G, r.start[G], r.rank[G]))]
     G_rank, G_corr = r.rank[G], r.corr[G]
     g_launch = np.full(len(G), -1, np.int64)
     if len(G) and len(corr_map):
-        m = pd.DataFrame({"rank": G_rank, "corr": G_corr}).merge(corr_map, on=["rank", "corr"], how="left")
-        g_launch = np.array(m["hop"].fillna(-1).to_numpy(np.int64))
-        g_launch[G_corr < 0] = -1
+        g_launch = corr_map.find(G_rank, G_corr)
     return GpuOps(raw=G, rank=G_rank, start=r.start[G], end=r.end[G], kind=r.kind[G], device=r.device[G],
                   stream=r.stream[G], corr=G_corr, launch=g_launch)
 

@@ -85,6 +85,18 @@ def distinct(a: np.ndarray) -> np.ndarray:
     return s
 
 
+def join(a_key: np.ndarray, q_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (query, item) pair of indices with ``q_key[query] == a_key[item]`` (an inner join of
+    int keys), grouped by query."""
+    order = np.argsort(a_key, kind="stable")
+    sk = a_key[order]
+    lo = np.searchsorted(sk, q_key, "left")
+    cnt = np.searchsorted(sk, q_key, "right") - lo
+    qi = np.repeat(np.arange(len(q_key)), cnt)
+    first = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)  # sorted position of a query's first item, less its first pair
+    return qi, order[first + np.arange(len(qi))]
+
+
 def key_ids(item_cols: list[np.ndarray], query_cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Factorize item and query keys together so equal tuples get equal ids."""
     n = len(item_cols[0])
