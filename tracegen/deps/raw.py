@@ -18,7 +18,7 @@ import pyarrow as pa
 from fastrack.errors import TraceFormatError
 from fastrack.markers import REQUEST_PREFIX, parse_request_marker
 from fastrack.schema import OpKind
-from fastrack.traceio import COLUMN_DEFAULTS
+from fastrack.traceio import COLUMN_DEFAULTS, buffer_values, validity
 from tracegen.deps.search import EMPTY
 
 HINT_COLUMNS: dict[str, Any] = {
@@ -62,8 +62,9 @@ def obj_col(raw: pd.DataFrame, name: str, rows: np.ndarray | None = None) -> np.
 
 
 def map_unique(values: np.ndarray, func) -> np.ndarray:
-    """``func`` applied to each distinct value (hash-factorized, so cheap on repeated strings)."""
-    codes, uniq = pd.factorize(values, use_na_sentinel=True)
+    """``func`` applied to each distinct value of an object array (hash-factorized, so cheap on
+    repeated strings)."""
+    codes, uniq = factorize(values)
     mapped = np.empty(len(uniq) + 1, dtype=object)
     mapped[:-1] = [func(u) for u in uniq]
     mapped[-1] = func(None)
@@ -164,21 +165,22 @@ def _scope_codes(raw: pd.DataFrame, path: str | None) -> np.ndarray:
     return sc
 
 
-def _factorize_names(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(code per row, -1 where missing; distinct names in order of first appearance), as
-    ``pd.factorize``. Names are factorized once, in row order (their objects lie in memory in
-    that order; a pass in any other order is bound by cache misses), and later steps work on the
-    codes. Arrow's dictionary encoding does it in half the time of pandas' when every name is a
-    string; anything else (a missing or non-string name) takes pandas' way."""
-    values = col.to_numpy(dtype=object)
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(values)`` of an object array (code per value, -1 where missing; distinct
+    values in order of first appearance). Arrow's dictionary encoding does it in half the time
+    when every value is a string or missing (None, NaN); anything else takes pandas' way."""
     try:
-        enc = pa.array(values, pa.string()).dictionary_encode()
+        enc = pa.array(values, pa.string(), from_pandas=True).dictionary_encode()
     except (pa.ArrowException, TypeError, ValueError, UnicodeError):
         enc = None
-    if isinstance(enc, pa.DictionaryArray) and enc.null_count == 0:  # (a huge column comes back chunked)
-        return enc.indices.to_numpy().astype(np.int64), enc.dictionary.to_numpy(zero_copy_only=False)
-    code, uniq = pd.factorize(values, use_na_sentinel=True)
-    return code.astype(np.int64, copy=False), np.asarray(uniq, dtype=object)
+    if isinstance(enc, pa.DictionaryArray):  # (a huge column comes back chunked)
+        codes = buffer_values(enc.indices, np.int32).astype(np.int64)
+        known = validity(enc.indices)
+        if known is not None:
+            codes[~known] = -1
+        return codes, enc.dictionary.to_numpy(zero_copy_only=False)
+    codes, uniq = pd.factorize(values, use_na_sentinel=True)
+    return codes.astype(np.int64, copy=False), np.asarray(uniq, dtype=object)
 
 
 def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
@@ -202,7 +204,9 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
             f"raw op {i} has a negative duration ({int(dur[i])} ns); {neg.size} op(s) affected",
             path=path,
         )
-    name_code, name_values = _factorize_names(raw["name"])
+    # names are factorized once, in row order (their objects lie in memory in that order; a pass
+    # in any other order is bound by cache misses); later steps work on the codes
+    name_code, name_values = factorize(raw["name"].to_numpy(dtype=object))
     ops = RawOps(
         frame=raw, path=path, kind=kind, start=start, dur=dur, end=start + dur,
         rank=int_col(raw, "rank", path),
