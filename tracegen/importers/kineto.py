@@ -651,10 +651,8 @@ def _check_name_col(names: tuple, path: str) -> None:
 def _codes(values: tuple) -> tuple[np.ndarray, list]:
     """Dense codes of hashable ``values`` (first appearance order) and the distinct values: the
     names repeat, so per-name work is done once per distinct name."""
-    ids: dict = {}
-    setdefault = ids.setdefault
-    codes = np.fromiter((setdefault(v, len(ids)) for v in values), np.int64, len(values))
-    return codes, list(ids)
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), list(index)
 
 
 def _only_x(ph: tuple) -> np.ndarray | None:
