@@ -962,11 +962,13 @@ def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
 def _metadata(datas: list[_FileData], raw: pd.DataFrame, sizes: set[int]) -> dict[str, Any]:
     models: list[str] = []
     versions: dict[str, str] = {}
+    rank, gpu = raw["rank"].to_numpy(), raw["kind"].to_numpy() >= int(OpKind.KERNEL)
+    device = raw["device"].to_numpy() if "device" in raw else None
     for fd in datas:
         head = fd.head
         props = head.get("deviceProperties")
-        gpu_rows = raw[(raw["rank"] == fd.rank) & (raw["kind"] >= int(OpKind.KERNEL))]
-        used = Counter(gpu_rows["device"].tolist()).most_common(1) if "device" in raw and len(gpu_rows) else []
+        mine = gpu & (rank == fd.rank)  # the file's GPU ops: the device most of them ran on
+        used = Counter(device[mine].tolist()).most_common(1) if device is not None and mine.any() else []
         if isinstance(props, list) and props:
             match = [d for d in props if isinstance(d, dict) and used and d.get("id") == used[0][0]]
             d = match[0] if match else props[0] if isinstance(props[0], dict) else {}
