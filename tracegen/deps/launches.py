@@ -71,9 +71,21 @@ def _launched_before_trace(g: GpuOps, x: HostOps) -> np.ndarray:
     has = x.corr >= 0
     if not has.any() or not g.n:
         return np.zeros(g.n, bool)
-    first = pd.Series(x.corr[has]).groupby(x.rank[has]).min()
-    bound = pd.Series(g.rank).map(first).to_numpy(np.float64)
+    bound = _rank_min(x.rank[has], x.corr[has], g.rank)
     return (g.corr >= 0) & ~np.isnan(bound) & (g.corr < np.nan_to_num(bound, nan=0.0))
+
+
+def _rank_min(rank: np.ndarray, v: np.ndarray, q_rank: np.ndarray) -> np.ndarray:
+    """Per query rank, the smallest ``v`` of that rank as float64 (NaN: the rank has none)."""
+    ranks, inv = np.unique(rank, return_inverse=True)
+    low = np.full(len(ranks), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(low, inv, v)
+    at = np.minimum(np.searchsorted(ranks, q_rank), max(len(ranks) - 1, 0))
+    out = np.full(len(q_rank), np.nan)
+    if len(ranks):
+        hit = ranks[at] == q_rank
+        out[hit] = low[at[hit]].astype(np.float64)
+    return out
 
 
 def _main_threads(ranks: np.ndarray, threads: np.ndarray) -> dict[int, int]:
@@ -118,8 +130,7 @@ def _issue_times(g: GpuOps, x: HostOps, issuer: np.ndarray) -> np.ndarray:
     issue = np.where(issuer >= 0, x.start[np.maximum(issuer, 0)], g.start)
     none = np.flatnonzero(issuer < 0)
     if none.size and x.n:
-        first = pd.Series(x.start).groupby(x.rank).min()
-        bound = pd.Series(g.rank[none]).map(first).to_numpy(np.float64)
+        bound = _rank_min(x.rank, x.start, g.rank[none])  # (as float64, as it always was)
         known = ~np.isnan(bound)
         issue[none[known]] = np.minimum(issue[none[known]], bound[known].astype(np.int64) - 1)
     return issue

@@ -40,7 +40,8 @@ def int_col(raw: pd.DataFrame, name: str, path: str | None) -> np.ndarray:
     if s.dtype.kind in "iu":
         return s.to_numpy(np.int64)
     try:
-        v = pd.to_numeric(s, errors="raise").to_numpy(np.float64, na_value=np.nan)
+        v = s.to_numpy(np.float64) if isinstance(s.dtype, np.dtype) and s.dtype.kind == "f" else (
+            pd.to_numeric(s, errors="raise").to_numpy(np.float64, na_value=np.nan))
     except (ValueError, TypeError):
         raise TraceFormatError(f"raw column '{name}' is not numeric", path=path) from None
     if np.isnan(v).any():
