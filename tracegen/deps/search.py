@@ -123,8 +123,16 @@ def enclosing(
     k = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))  # opened before i
     depth = np.maximum(k - count_le(g, e, g, s), 0)  # still open when i opens = ancestors
 
+    span = int(depth.max()) + 2  # (group, depth) as group * span + depth + 1 when groups are small ints
+    top = max(int(g.max()), int(q_grp.max())) + 1
+    by_depth = Ordered(g * span + depth + 1, s) if min(int(g.min()), int(q_grp.min())) >= 0 and (
+        top * span < 2**62) else None
+
     def query(qg: np.ndarray, qd: np.ndarray, qt: np.ndarray) -> np.ndarray:
         """Innermost interval at depth qd of group qg started at or before qt."""
+        if by_depth is not None:  # a depth no interval has: a key no interval has
+            qk = np.where((qd >= -1) & (qd <= span - 2), qg * span + qd + 1, top * span)
+            return by_depth.last_before(qk, qt, inclusive=True)
         ik, qk = key_ids([g, depth], [qg, qd])
         return Ordered(ik, s).last_before(qk, qt, inclusive=True)
 
