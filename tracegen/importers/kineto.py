@@ -641,17 +641,26 @@ def _memcpy_kind(name: str) -> tuple[str | None, str | None]:
 # --------------------------------------------------------------------------- rows of one file
 
 
-def _check_name_col(names: tuple, path: str) -> None:
-    """Every event's ``name`` is a string (a list or an object would reach every later step)."""
-    if set(map(type, names)) != {str}:
+def _check_name_col(names: tuple, path: str, distinct: dict | None = None) -> None:
+    """Every event's ``name`` is a string (a list or an object would reach every later step);
+    ``distinct``: the distinct names when known (only those are looked at, unless one is wrong)."""
+    if set(map(type, names if distinct is None else distinct)) != {str}:
         bad = next(v for v in names if type(v) is not str)
         raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(bad)}, expected a string", path=path)
 
 
-def _codes(values: tuple) -> tuple[np.ndarray, list]:
-    """Dense codes of hashable ``values`` (first appearance order) and the distinct values: the
-    names repeat, so per-name work is done once per distinct name."""
-    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+def _distinct(names: tuple) -> dict | None:
+    """The distinct names in order of first appearance (dict keys), None if one is unhashable."""
+    try:
+        return dict.fromkeys(names)
+    except TypeError:
+        return None
+
+
+def _codes(values: tuple, distinct: dict) -> tuple[np.ndarray, list]:
+    """Dense codes of ``values`` (first appearance order) and the ``distinct`` values: the names
+    repeat, so per-name work is done once per distinct name."""
+    index = {v: i for i, v in enumerate(distinct)}
     return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), list(index)
 
 
@@ -702,9 +711,11 @@ def _frame(fd: _FileData) -> pd.DataFrame:
         raise TraceFormatError(
             f"empty trace: no CUDA runtime calls and no GPU operations among {fd.num_events} events", path=path
         )
-    for cols, index in ((rtc, 0), (gc_, 1), (anc, 1)):
+    rt_names = _distinct(rtc[0]) if rtc else None
+    ann_names = _distinct(anc[1]) if anc else None
+    for cols, index, distinct in ((rtc, 0, rt_names), (gc_, 1, None), (anc, 1, ann_names)):
         if cols is not None:
-            _check_name_col(cols[index], path)
+            _check_name_col(cols[index], path, distinct)
     ng, nr = len(fd.gpu), len(fd.rt)
     all_ts = (gc_[4] if gc_ else ()) + (rtc[3] if rtc else ()) + (anc[4] if anc else ())
     ts_all = _num(all_ts, "ts", None, path) if all_ts else np.zeros(1)
@@ -725,7 +736,7 @@ def _frame(fd: _FileData) -> pd.DataFrame:
             keep &= xs
         names = np.array(name, dtype=object)
         dur_a = _num(dur, "dur", None, path, nonneg=True)
-        codes, uniq = _codes(name)
+        codes, uniq = _codes(name, rt_names)
         scope = np.array([_SYNC_SCOPE.get(n, "") for n in uniq], dtype=object)[codes]
         blocking = np.array([_SYNC_MEMCPY.match(n) is not None for n in uniq], bool)[codes]
         rt = {
@@ -804,7 +815,7 @@ def _frame(fd: _FileData) -> pd.DataFrame:
         tid_a = _ints(tid)
         pid_a = _ints(pid)
         # names are strings (_check_name_col) and repeat: classify each distinct one once
-        codes, uniq = _codes(name)
+        codes, uniq = _codes(name, ann_names)
         is_step = np.array([n[:1] == "P" and _STEP_RE.match(n) is not None for n in uniq], bool)[codes]
         is_marker = np.array([n[:8] == REQUEST_PREFIX and parse_request_marker(n) is not None for n in uniq],
                              bool)[codes]
