@@ -43,11 +43,54 @@ def _steps(r: RawOps, ann: Annotations, x: HostOps, gaps: GapOps, g: GpuOps, ran
     return O_step
 
 
-def _dict_col(values: np.ndarray) -> pa.Array:
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+def _dict_col(values: np.ndarray, rows: np.ndarray | None = None) -> pa.Array:
+    """Dictionary column of ``values`` (dictionary in order of first appearance); with ``rows``
+    (ascending), every other value is known to be missing and only those rows are factorized."""
+    if rows is None:
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    else:
+        sub, uniques = pd.factorize(values[rows], use_na_sentinel=True)
+        codes = np.full(len(values), -1, np.int64)
+        codes[rows] = sub
     return pa.DictionaryArray.from_arrays(
         pa.array(codes.astype(np.int32), mask=codes < 0), pa.array(np.asarray(uniques, dtype=object), pa.string())
     )
+
+
+def _name_codes(r: RawOps, x: HostOps, gaps: GapOps, G: np.ndarray) -> np.ndarray:
+    """Per op of the index, the code of its name among ``r.name_values`` (gap ops: their
+    annotation's, or that of "cpu", which is ``len(r.name_values)`` when no raw row has that name)."""
+    code = r.name_code
+    hit = np.flatnonzero(r.name_values == "cpu")
+    cpu = int(hit[0]) if len(hit) else len(r.name_values)
+    gap = np.where(gaps.name_row >= 0, code[np.maximum(gaps.name_row, 0)], cpu) if gaps.n else EMPTY
+    return np.concatenate([code[x.raw], gap, code[G]])
+
+
+def _name_col(codes: np.ndarray, values: np.ndarray) -> pa.Array:
+    """The name column from name codes (-1: missing), as :func:`_dict_col` of the names would
+    make it: dictionary in order of first appearance."""
+    known = codes >= 0
+    if known.all():
+        idx, used = pd.factorize(codes)
+    else:
+        sub, used = pd.factorize(codes[known])
+        idx = np.full(len(codes), -1, np.int64)
+        idx[known] = sub
+    names = np.append(values, "cpu")[used]
+    return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32), mask=idx < 0), pa.array(names, pa.string()))
+
+
+def _rank_min(rank: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per op, the smallest ``t`` of its rank."""
+    if not len(rank):
+        return EMPTY
+    ranks, inv = np.unique(rank, return_inverse=True)
+    if len(ranks) == 1:
+        return np.full(len(t), t.min(), np.int64)
+    low = np.full(len(ranks), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(low, inv, t)
+    return low[inv]
 
 
 def assemble_table(r: RawOps, ann: Annotations, x: HostOps, gaps: GapOps, g: GpuOps, coll: CollectiveFields,
@@ -68,7 +111,7 @@ def assemble_table(r: RawOps, ann: Annotations, x: HostOps, gaps: GapOps, g: Gpu
     O_step = _steps(r, ann, x, gaps, g, O_rank, O_start)
 
     # re-base, sort, ids
-    origin = pd.Series(O_start).groupby(O_rank).transform("min").to_numpy(np.int64) if n else EMPTY
+    origin = _rank_min(O_rank, O_start)
     O_start = O_start - origin
     O_end = O_end - origin
     final = np.lexsort((np.arange(n), O_stream, O_thread, is_G, O_start, O_rank))
@@ -81,16 +124,17 @@ def assemble_table(r: RawOps, ann: Annotations, x: HostOps, gaps: GapOps, g: Gpu
 
     G = g.raw
     is_coll = g.kind == OpKind.COLLECTIVE
-    O_name = np.concatenate([r.names[x.raw], gaps.name, r.names[G]]).astype(object)
+    O_name = _name_codes(r, x, gaps, G)
     none_h = np.full(nX + nP, None, dtype=object)
-    copy_dir = np.concatenate([none_h, label_col(r.frame, "copy_dir", CopyDir)[G]])
-    host_mem = np.concatenate([none_h, label_col(r.frame, "host_mem", HostMem)[G]])
+    copy_dir = np.concatenate([none_h, label_col(r.frame, "copy_dir", CopyDir, G)])
+    host_mem = np.concatenate([none_h, label_col(r.frame, "host_mem", HostMem, G)])
     ctype = np.concatenate([none_h, np.where(is_coll, coll.type, None)])
     cgroup = np.concatenate([none_h, np.where(is_coll, coll.group, None)])
     cseq = np.concatenate([np.full(nX + nP, -1, np.int64), np.where(is_coll, coll.seq, -1)])
     cbytes = np.concatenate([np.zeros(nX + nP, np.int64), np.where(is_coll, coll.bytes, 0)])
     nbytes = np.concatenate([np.zeros(nX + nP, np.int64), int_col(r.frame, "bytes", r.path)[G]])
 
+    gpu_rows = np.flatnonzero(take(is_G))  # the rows of the columns only GPU ops fill
     kinds = pa.DictionaryArray.from_arrays(
         pa.array(take(O_kind).astype(np.int32)), pa.array(list(_KIND_LABELS), pa.string())
     )
@@ -101,15 +145,15 @@ def assemble_table(r: RawOps, ann: Annotations, x: HostOps, gaps: GapOps, g: Gpu
         "thread": take(O_thread),
         "stream": take(O_stream),
         "kind": kinds,
-        "name": _dict_col(take(O_name)),
+        "name": _name_col(take(O_name), r.name_values),
         "start_ns": take(O_start),
         "dur_ns": take(O_end - O_start),
         "bytes": take(nbytes),
-        "copy_dir": _dict_col(take(copy_dir)),
-        "host_mem": _dict_col(take(host_mem)),
-        "coll_type": _dict_col(take(ctype)),
+        "copy_dir": _dict_col(take(copy_dir), gpu_rows),
+        "host_mem": _dict_col(take(host_mem), gpu_rows),
+        "coll_type": _dict_col(take(ctype), gpu_rows),
         "coll_bytes": take(cbytes),
-        "coll_group": _dict_col(take(cgroup)),
+        "coll_group": _dict_col(take(cgroup), gpu_rows),
         "coll_seq": take(cseq),
         "correlation": take(O_corr),
         "step": take(O_step).astype(np.int32),

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from fastrack.schema import DepKind
-from tracegen.deps.search import EMPTY
+from tracegen.deps.search import EMPTY, distinct
+
+
+def _unique_sorted(dst: np.ndarray, src: np.ndarray, kind: np.ndarray, n: int):
+    """The distinct (dst, kind, src) triples, sorted by them (op ids in ``[0, n)``, kinds < 256):
+    one sort of a packed int64 key while it fits, else a lexsort."""
+    if (n + 1) * (n + 1) * 256 < 2**62:
+        key = distinct((dst * 256 + kind.astype(np.int64)) * (n + 1) + src)
+        return key // ((n + 1) * 256), key % (n + 1), ((key // (n + 1)) % 256).astype(np.uint8)
+    order = np.lexsort((src, kind, dst))
+    dst, src, kind = dst[order], src[order], kind[order]
+    new = np.ones(len(dst), bool)
+    new[1:] = (dst[1:] != dst[:-1]) | (kind[1:] != kind[:-1]) | (src[1:] != src[:-1])
+    return dst[new], src[new], kind[new]
 
 
 class Edges:
@@ -41,9 +53,7 @@ class Edges:
             dst = op_id[np.concatenate(self._dst)]
             src = op_id[np.concatenate(self._src)]
             ek = np.concatenate(self._kind)
-            e = pd.DataFrame({"d": dst, "s": src, "k": ek}).drop_duplicates()
-            e = e.sort_values(["d", "k", "s"], kind="stable")
-            dst, src, ek = e["d"].to_numpy(np.int64), e["s"].to_numpy(np.int64), e["k"].to_numpy(np.uint8)
+            dst, src, ek = _unique_sorted(dst, src, ek, n)
         else:
             dst, src, ek = EMPTY, EMPTY, np.zeros(0, np.uint8)
         counts = np.bincount(dst, minlength=n)

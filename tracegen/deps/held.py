@@ -19,7 +19,7 @@ import numpy as np
 from fastrack.schema import DepKind
 from tracegen.deps.edges import Edges
 from tracegen.deps.launches import GpuOps
-from tracegen.deps.search import group_ids
+from tracegen.deps.search import Ordered, group_ids
 
 # A GPU op starting more than this (ns) after it was ready was held by something. Above the
 # spread of launch latencies on the real traces (5-20 us launch-to-start on idle streams).
@@ -45,18 +45,27 @@ def held_edges(g: GpuOps, gpu_base: int, edges: Edges) -> int:
     held = np.flatnonzero((ready > np.iinfo(np.int64).min) & (g.start - ready > HELD_MIN_NS))
     if not held.size:
         return 0
+    # per held op: the last op of its (rank, device) by end that ended by its start (+ tolerance),
+    # then back through earlier ends (Python ints: the walk is short, numpy scalars cost more)
     key = group_ids(g.rank, g.device)
-    by_end = np.lexsort((g.end, key))
-    k_sorted, e_sorted = key[by_end], g.end[by_end]
+    by_end = Ordered(key, g.end)
+    last = by_end.last_before(key[held], g.start[held] + TIMESTAMP_TOL_NS, inclusive=True)
+    pos = np.empty(n, np.int64)
+    pos[by_end.order] = np.arange(n)
+    k = by_end.key
+    first = np.ones(n, bool)
+    first[1:] = k[1:] != k[:-1]
+    group_lo = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    at = np.where(last >= 0, pos[np.maximum(last, 0)], -1)
+    lows = np.where(last >= 0, group_lo[np.maximum(at, 0)], 0)
+    floors = np.maximum(g.start[held] - WAIT_GAP_MAX_NS, ready[held])
+    ends, order = by_end.t.tolist(), by_end.order.tolist()
+    stream, issue, start = g.stream.tolist(), g.issue.tolist(), g.start.tolist()
     found_dst, found_src = [], []
-    for i in held.tolist():
-        lo = np.searchsorted(k_sorted, key[i], side="left")
-        p = lo + np.searchsorted(e_sorted[lo:np.searchsorted(k_sorted, key[i], side="right")],
-                                 g.start[i] + TIMESTAMP_TOL_NS, side="right") - 1
-        floor = max(g.start[i] - WAIT_GAP_MAX_NS, ready[i])
-        while p >= lo and e_sorted[p] >= floor:
-            j = by_end[p]
-            if g.stream[j] != g.stream[i] and g.issue[j] < g.issue[i] and g.start[j] < g.start[i]:
+    for i, p, lo, floor in zip(held.tolist(), at.tolist(), lows.tolist(), floors.tolist()):
+        while p >= lo and ends[p] >= floor:
+            j = order[p]
+            if stream[j] != stream[i] and issue[j] < issue[i] and start[j] < start[i]:
                 found_dst.append(i)
                 found_src.append(j)
                 break

@@ -20,9 +20,57 @@ import pandas as pd
 from fastrack.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
 from tracegen.deps.raw import Annotations, RawOps
-from tracegen.deps.search import EMPTY, I64_MIN, enclosing, key_ids
+from tracegen.deps.search import EMPTY, I64_MIN, distinct, enclosing, key_ids
 
 _I64_MAX = np.iinfo(np.int64).max
+
+
+@dataclasses.dataclass
+class CorrMap:
+    """(rank, correlation id) -> the host op of the first call (in flattening order) with that id."""
+
+    rank: np.ndarray  # distinct (rank, corr) pairs, sorted
+    corr: np.ndarray
+    hop: np.ndarray
+
+    @classmethod
+    def of(cls, rank: np.ndarray, corr: np.ndarray, hop: np.ndarray) -> CorrMap:
+        """From the calls in flattening order (entries with a negative correlation are left out)."""
+        has = corr >= 0
+        rank, corr, hop = rank[has], corr[has], hop[has]
+        o = np.lexsort((np.arange(len(rank)), corr, rank))
+        rank, corr, hop = rank[o], corr[o], hop[o]
+        first = np.ones(len(rank), bool)
+        first[1:] = (rank[1:] != rank[:-1]) | (corr[1:] != corr[:-1])
+        return cls(rank[first], corr[first], hop[first])
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    def find(self, rank: np.ndarray, corr: np.ndarray) -> np.ndarray:
+        """Host op of each (rank, corr) query, -1 where none."""
+        out = np.full(len(rank), -1, np.int64)
+        if not len(self.rank) or not len(rank):
+            return out
+        ranks = distinct(self.rank)
+        ri = np.minimum(np.searchsorted(ranks, rank), len(ranks) - 1)
+        ok = (ranks[ri] == rank) & (corr >= 0)
+        span = max(int(self.corr.max()), int(corr.max())) + 1
+        if len(ranks) * span < 2**62:  # one sorted int64 key: rank index, then corr
+            keys = np.searchsorted(ranks, self.rank) * span + self.corr
+            q = ri * span + np.where(ok, corr, 0)
+            p = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+            hit = ok & (keys[p] == q)
+            out[hit] = self.hop[p[hit]]
+            return out
+        for k, rv in enumerate(ranks.tolist()):
+            lo, hi = np.searchsorted(self.rank, rv, "left"), np.searchsorted(self.rank, rv, "right")
+            sel = np.flatnonzero(ok & (ri == k))
+            p = lo + np.searchsorted(self.corr[lo:hi], corr[sel])
+            pc = np.minimum(p, hi - 1)
+            hit = (p < hi) & (self.corr[pc] == corr[sel])
+            out[sel[hit]] = self.hop[pc[hit]]
+        return out
 
 
 @dataclasses.dataclass
@@ -43,7 +91,7 @@ class HostCalls:
     blocking: np.ndarray
     device: np.ndarray
     corr: np.ndarray
-    corr_map: pd.DataFrame  # (rank, corr) -> hop: the call a correlation id belongs to
+    corr_map: CorrMap  # (rank, corr) -> hop: the call a correlation id belongs to
 
 
 def flatten_host_calls(r: RawOps) -> HostCalls:
@@ -86,8 +134,7 @@ def flatten_host_calls(r: RawOps) -> HostCalls:
     tpos = np.flatnonzero(top)
     hop_of_pos = np.cumsum(top) - 1
     hop_of_pos = hop_of_pos[cont] if nh else EMPTY
-    cmap = pd.DataFrame({"rank": rank[h], "corr": r.corr[h], "hop": hop_of_pos})
-    cmap = cmap[cmap["corr"] >= 0].drop_duplicates(["rank", "corr"], keep="first")
+    cmap = CorrMap.of(rank[h], r.corr[h], hop_of_pos)
     raw_rows = h[tpos]
     scope, ss, ec, rs, ws, dev = (a[tpos] for a in hints)
     return HostCalls(raw=raw_rows, rank=rank[raw_rows], thread=thread[raw_rows], start=hs[tpos], end=he[tpos],
@@ -181,7 +228,7 @@ class GapOps:
     thread: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    name: np.ndarray
+    name_row: np.ndarray  # raw row of the annotation that names it, or -1: named "cpu"
 
     @property
     def n(self) -> int:
@@ -202,14 +249,14 @@ def gap_ops(x: HostOps, r: RawOps, ann: Annotations) -> GapOps:
     P_thread = x.thread[xo][gsel] if some else EMPTY
     P_start, P_end = (gap_lo[gsel], gap_hi[gsel]) if some else (EMPTY, EMPTY)
     nP = len(gsel)
-    P_name = np.full(nP, "cpu", dtype=object)
+    P_name_row = np.full(nP, -1, np.int64)
     op_idx = ann.operator_rows
     if nP and len(op_idx):
         ak, qk = key_ids([r.rank[op_idx], r.thread[op_idx]], [P_rank, P_thread])
         enc = enclosing(ak, r.start[op_idx], r.end[op_idx], qk, P_start, P_end)
         hit = enc >= 0
-        P_name[hit] = r.names[op_idx[enc[hit]]]
-    return GapOps(rank=P_rank, thread=P_thread, start=P_start, end=P_end, name=P_name)
+        P_name_row[hit] = op_idx[enc[hit]]
+    return GapOps(rank=P_rank, thread=P_thread, start=P_start, end=P_end, name_row=P_name_row)
 
 
 def program_edges(x: HostOps, gaps: GapOps, edges: Edges) -> None:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from fastrack.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
-from tracegen.deps.hosts import HostOps
+from tracegen.deps.hosts import CorrMap, HostOps
 from tracegen.deps.raw import RawOps
 from tracegen.deps.search import EMPTY, I64_MIN, Ordered, key_ids
 
@@ -52,16 +52,14 @@ class GpuOps:
         return self.launch >= 0
 
 
-def gpu_ops(r: RawOps, corr_map: pd.DataFrame) -> GpuOps:
+def gpu_ops(r: RawOps, corr_map: CorrMap) -> GpuOps:
     """The GPU ops of ``r`` and their real launches (``corr_map`` from the flattened host calls)."""
     G = np.flatnonzero(r.is_gpu)
     G = G[np.lexsort((G, r.start[G], r.rank[G]))]
     G_rank, G_corr = r.rank[G], r.corr[G]
     g_launch = np.full(len(G), -1, np.int64)
     if len(G) and len(corr_map):
-        m = pd.DataFrame({"rank": G_rank, "corr": G_corr}).merge(corr_map, on=["rank", "corr"], how="left")
-        g_launch = np.array(m["hop"].fillna(-1).to_numpy(np.int64))
-        g_launch[G_corr < 0] = -1
+        g_launch = corr_map.find(G_rank, G_corr)
     return GpuOps(raw=G, rank=G_rank, start=r.start[G], end=r.end[G], kind=r.kind[G], device=r.device[G],
                   stream=r.stream[G], corr=G_corr, launch=g_launch)
 
@@ -73,9 +71,21 @@ def _launched_before_trace(g: GpuOps, x: HostOps) -> np.ndarray:
     has = x.corr >= 0
     if not has.any() or not g.n:
         return np.zeros(g.n, bool)
-    first = pd.Series(x.corr[has]).groupby(x.rank[has]).min()
-    bound = pd.Series(g.rank).map(first).to_numpy(np.float64)
+    bound = _rank_min(x.rank[has], x.corr[has], g.rank)
     return (g.corr >= 0) & ~np.isnan(bound) & (g.corr < np.nan_to_num(bound, nan=0.0))
+
+
+def _rank_min(rank: np.ndarray, v: np.ndarray, q_rank: np.ndarray) -> np.ndarray:
+    """Per query rank, the smallest ``v`` of that rank as float64 (NaN: the rank has none)."""
+    ranks, inv = np.unique(rank, return_inverse=True)
+    low = np.full(len(ranks), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(low, inv, v)
+    at = np.minimum(np.searchsorted(ranks, q_rank), max(len(ranks) - 1, 0))
+    out = np.full(len(q_rank), np.nan)
+    if len(ranks):
+        hit = ranks[at] == q_rank
+        out[hit] = low[at[hit]].astype(np.float64)
+    return out
 
 
 def _main_threads(ranks: np.ndarray, threads: np.ndarray) -> dict[int, int]:
@@ -120,8 +130,7 @@ def _issue_times(g: GpuOps, x: HostOps, issuer: np.ndarray) -> np.ndarray:
     issue = np.where(issuer >= 0, x.start[np.maximum(issuer, 0)], g.start)
     none = np.flatnonzero(issuer < 0)
     if none.size and x.n:
-        first = pd.Series(x.start).groupby(x.rank).min()
-        bound = pd.Series(g.rank[none]).map(first).to_numpy(np.float64)
+        bound = _rank_min(x.rank, x.start, g.rank[none])  # (as float64, as it always was)
         known = ~np.isnan(bound)
         issue[none[known]] = np.minimum(issue[none[known]], bound[known].astype(np.int64) - 1)
     return issue

@@ -20,21 +20,39 @@ from tracegen.deps.held import TIMESTAMP_TOL_NS, WAIT_GAP_MAX_NS
 from tracegen.deps.hosts import HostCalls
 from tracegen.deps.launches import GpuOps
 from tracegen.deps.raw import RawOps
-from tracegen.deps.search import EMPTY
+from tracegen.deps.search import EMPTY, distinct, group_ids
 
 # A launching call longer than this (ns) may have blocked on a full queue. Unblocked launch calls
 # on the real traces take 3-28 us at the median and at most 76 us (cudaLaunchKernel, A100).
 BLOCKED_LAUNCH_MIN_NS = 100_000
 
 
+def _group_median(rank: np.ndarray, name: np.ndarray, dur: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """Per call, the median ``dur`` of the calls of its (rank, name code), truncated to int (the
+    mean of the two middle values for an even count, as pandas' groupby median)."""
+    if (name < 0).any():  # a missing name: pandas' grouping (which leaves such calls out) decides
+        return pd.Series(dur).groupby([rank, names]).transform("median").to_numpy(np.int64)
+    o = np.lexsort((dur, name, rank))
+    key = group_ids(rank, name)[o]
+    n = len(o)
+    first = np.ones(n, bool)
+    first[1:] = key[1:] != key[:-1]
+    lo = np.flatnonzero(first)
+    size = np.diff(np.append(lo, n))
+    d = dur[o].astype(np.float64)
+    med = (d[lo + (size - 1) // 2] + d[lo + size // 2]) / 2.0
+    out = np.empty(n, np.int64)
+    out[o] = med.astype(np.int64)[np.cumsum(first) - 1]
+    return out
+
+
 def blocked_launches(c: HostCalls, g: GpuOps, r: RawOps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(calls, split points, GPU op each waited for) of the launching calls blocked on a full queue."""
-    launched = np.unique(g.launch[g.launch >= 0])
+    launched = distinct(g.launch[g.launch >= 0])
     if not launched.size:
         return EMPTY, EMPTY, EMPTY
     dur = c.end - c.start
-    name = r.names[c.raw[launched]]
-    typical = pd.Series(dur[launched]).groupby([c.rank[launched], name]).transform("median").to_numpy(np.int64)
+    typical = _group_median(c.rank[launched], r.name_code[c.raw[launched]], dur[launched], r.names[c.raw[launched]])
     long_ = (dur[launched] > BLOCKED_LAUNCH_MIN_NS) & ~c.blocking[launched] & (c.kind[launched] == OpKind.RUNTIME)
     cand, typical = launched[long_], typical[long_]
     if not cand.size:

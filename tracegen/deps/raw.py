@@ -7,6 +7,7 @@ The contract of the frame is in :mod:`tracegen.deps`. :func:`read_raw_ops` turns
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any
 
@@ -39,7 +40,8 @@ def int_col(raw: pd.DataFrame, name: str, path: str | None) -> np.ndarray:
     if s.dtype.kind in "iu":
         return s.to_numpy(np.int64)
     try:
-        v = pd.to_numeric(s, errors="raise").to_numpy(np.float64, na_value=np.nan)
+        v = s.to_numpy(np.float64) if isinstance(s.dtype, np.dtype) and s.dtype.kind == "f" else (
+            pd.to_numeric(s, errors="raise").to_numpy(np.float64, na_value=np.nan))
     except (ValueError, TypeError):
         raise TraceFormatError(f"raw column '{name}' is not numeric", path=path) from None
     if np.isnan(v).any():
@@ -47,24 +49,32 @@ def int_col(raw: pd.DataFrame, name: str, path: str | None) -> np.ndarray:
     return np.rint(v).astype(np.int64)
 
 
-def obj_col(raw: pd.DataFrame, name: str) -> np.ndarray:
+def obj_col(raw: pd.DataFrame, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """Column ``name`` (of the ``rows`` given, else all) as an object array, missing values None."""
+    n = len(raw) if rows is None else len(rows)
     if name not in raw:
-        return np.full(len(raw), RAW_DEFAULTS.get(name), dtype=object)
-    return raw[name].to_numpy(dtype=object, na_value=None)
+        return np.full(n, RAW_DEFAULTS.get(name), dtype=object)
+    if rows is None:
+        return raw[name].to_numpy(dtype=object, na_value=None)
+    v = raw[name].to_numpy(dtype=object)[rows]
+    v[pd.isna(v)] = None
+    return v
 
 
 def map_unique(values: np.ndarray, func) -> np.ndarray:
-    """``func`` applied to each distinct value (hash-factorized, so cheap on repeated strings)."""
-    codes, uniq = pd.factorize(values, use_na_sentinel=True)
+    """``func`` applied to each distinct value of an object array (hash-factorized, so cheap on
+    repeated strings)."""
+    codes, uniq = factorize(values)
     mapped = np.empty(len(uniq) + 1, dtype=object)
     mapped[:-1] = [func(u) for u in uniq]
     mapped[-1] = func(None)
     return mapped[codes]
 
 
-def label_col(raw: pd.DataFrame, name: str, enum_cls) -> np.ndarray:
-    """copy_dir / host_mem given as labels or enum ints -> object array of label or None."""
-    v = obj_col(raw, name)
+def label_col(raw: pd.DataFrame, name: str, enum_cls, rows: np.ndarray | None = None) -> np.ndarray:
+    """copy_dir / host_mem given as labels or enum ints -> object array of label or None (of the
+    ``rows`` given, else all)."""
+    v = obj_col(raw, name, rows)
 
     def label(x):
         if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
@@ -93,7 +103,8 @@ class RawOps:
     stream: np.ndarray
     corr: np.ndarray
     step_in: np.ndarray
-    names: np.ndarray
+    name_code: np.ndarray  # per row: index into name_values, -1 for a missing name
+    name_values: np.ndarray  # the distinct names (object array), in order of first appearance
     sync_stream: np.ndarray
     event_corr: np.ndarray
     record_stream: np.ndarray
@@ -101,6 +112,19 @@ class RawOps:
     scope: np.ndarray  # SCOPE_CODES value
     blocking: np.ndarray
     marker: np.ndarray  # a request marker (fastrack.markers): a zero-duration CPU row written out as a host op
+
+    @functools.cached_property
+    def names(self) -> np.ndarray:
+        """Name of every row (object array; None where missing)."""
+        return np.append(self.name_values, None)[self.name_code]
+
+    def map_names(self, func, rows: np.ndarray) -> np.ndarray:
+        """``func`` of the name of each of ``rows`` (object array), computed once per distinct
+        name (``func(None)`` for a missing one)."""
+        mapped = np.empty(len(self.name_values) + 1, dtype=object)
+        mapped[:-1] = [func(u) for u in self.name_values]
+        mapped[-1] = func(None)
+        return mapped[self.name_code[rows]]
 
     @property
     def is_host(self) -> np.ndarray:
@@ -131,14 +155,22 @@ def _check_times(raw: pd.DataFrame, path: str | None) -> None:
 def _scope_codes(raw: pd.DataFrame, path: str | None) -> np.ndarray:
     if "sync_scope" not in raw:
         return np.zeros(len(raw), np.int64)
-    sc = map_unique(
-        raw["sync_scope"].to_numpy(dtype=object, na_value=None),
+    sc = map_unique(  # (missing values are factorized as missing: no need to make them None first)
+        raw["sync_scope"].to_numpy(dtype=object),
         lambda x: SCOPE_CODES.get("" if x is None else str(x).strip().lower(), -1),
     ).astype(np.int64)
     if (sc < 0).any():
         bad = raw["sync_scope"].iloc[int(np.flatnonzero(sc < 0)[0])]
         raise TraceFormatError(f"unknown sync_scope {bad!r} in raw ops", path=path)
     return sc
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of an object array: (code per value, -1 where missing; the distinct values
+    in order of first appearance). (Arrow's dictionary encoding is twice as fast once warm, but
+    its first use in a process costs more than it saves on a 70k-op trace.)"""
+    codes, uniq = pd.factorize(values, use_na_sentinel=True)
+    return codes.astype(np.int64, copy=False), np.asarray(uniq, dtype=object)
 
 
 def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
@@ -162,6 +194,9 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
             f"raw op {i} has a negative duration ({int(dur[i])} ns); {neg.size} op(s) affected",
             path=path,
         )
+    # names are factorized once, in row order (their objects lie in memory in that order; a pass
+    # in any other order is bound by cache misses); later steps work on the codes
+    name_code, name_values = factorize(raw["name"].to_numpy(dtype=object))
     ops = RawOps(
         frame=raw, path=path, kind=kind, start=start, dur=dur, end=start + dur,
         rank=int_col(raw, "rank", path),
@@ -170,7 +205,7 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
         stream=int_col(raw, "stream", path),
         corr=int_col(raw, "correlation", path),
         step_in=int_col(raw, "step", path),
-        names=obj_col(raw, "name").astype(object),
+        name_code=name_code, name_values=name_values,
         sync_stream=int_col(raw, "sync_stream", path),
         event_corr=int_col(raw, "event_corr", path),
         record_stream=int_col(raw, "record_stream", path),
@@ -181,7 +216,7 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
     )
     cpu0 = np.flatnonzero((kind == OpKind.CPU) & (dur == 0))
     if cpu0.size:
-        ops.marker[cpu0] = map_unique(ops.names[cpu0], _is_request_marker).astype(bool)
+        ops.marker[cpu0] = ops.map_names(_is_request_marker, cpu0).astype(bool)
     if not (ops.is_host.any() or ops.is_gpu.any()):
         raise TraceFormatError("empty trace: no CUDA calls and no GPU operations", path=path)
     return ops
@@ -202,12 +237,11 @@ def _is_request_marker(name) -> bool:
 
 def annotations(ops: RawOps) -> Annotations:
     a_idx = np.flatnonzero((ops.kind == OpKind.CPU) & ~ops.marker)
-    a_names = ops.names[a_idx]
 
     def step_no(x):
         m = _STEP_RE.match(x) if isinstance(x, str) else None
         return int(m.group(1)) if m else -1
 
-    a_step = map_unique(a_names, step_no).astype(np.int64) if len(a_names) else EMPTY
+    a_step = ops.map_names(step_no, a_idx).astype(np.int64) if len(a_idx) else EMPTY
     a_is_step = a_step >= 0
     return Annotations(step_rows=a_idx[a_is_step], step_numbers=a_step[a_is_step], operator_rows=a_idx[~a_is_step])

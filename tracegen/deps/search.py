@@ -44,6 +44,13 @@ class Ordered:
         self.t = t[self.order]
 
     def _composite(self, qt: np.ndarray, qkey: np.ndarray):
+        """(key, t) of the items and of the queries as one int64 each, ordered as the pairs: key
+        times the span of t plus t when that fits (one pass), else key and the dense rank of t."""
+        lo = min(int(self.t.min()), int(qt.min()))
+        span = max(int(self.t.max()), int(qt.max())) - lo + 1
+        keys = max(abs(int(self.key[0])), abs(int(qkey.min())), int(self.key[-1]) + 1, int(qkey.max()) + 1)
+        if keys * span < 2**62:
+            return self.key * span + (self.t - lo), qkey * span + (qt - lo)
         allt = np.concatenate([self.t, qt])
         uniq, inv = np.unique(allt, return_inverse=True)
         bits = max(1, int(len(uniq)).bit_length())
@@ -67,6 +74,27 @@ class Ordered:
         pc = np.minimum(p, len(a) - 1)
         ok = (p < len(a)) & (self.key[pc] == qkey)
         return np.where(ok, self.order[pc], -1)
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of an int array (as ``np.unique``, whose hash-table path is slow on
+    many distinct values)."""
+    s = np.sort(a)
+    if len(s) > 1:
+        s = s[np.concatenate([[True], s[1:] != s[:-1]])]
+    return s
+
+
+def join(a_key: np.ndarray, q_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (query, item) pair of indices with ``q_key[query] == a_key[item]`` (an inner join of
+    int keys), grouped by query."""
+    order = np.argsort(a_key, kind="stable")
+    sk = a_key[order]
+    lo = np.searchsorted(sk, q_key, "left")
+    cnt = np.searchsorted(sk, q_key, "right") - lo
+    qi = np.repeat(np.arange(len(q_key)), cnt)
+    first = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)  # sorted position of a query's first item, less its first pair
+    return qi, order[first + np.arange(len(qi))]
 
 
 def key_ids(item_cols: list[np.ndarray], query_cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -95,8 +123,16 @@ def enclosing(
     k = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))  # opened before i
     depth = np.maximum(k - count_le(g, e, g, s), 0)  # still open when i opens = ancestors
 
+    span = int(depth.max()) + 2  # (group, depth) as group * span + depth + 1 when groups are small ints
+    top = max(int(g.max()), int(q_grp.max())) + 1
+    by_depth = Ordered(g * span + depth + 1, s) if min(int(g.min()), int(q_grp.min())) >= 0 and (
+        top * span < 2**62) else None
+
     def query(qg: np.ndarray, qd: np.ndarray, qt: np.ndarray) -> np.ndarray:
         """Innermost interval at depth qd of group qg started at or before qt."""
+        if by_depth is not None:  # a depth no interval has: a key no interval has
+            qk = np.where((qd >= -1) & (qd <= span - 2), qg * span + qd + 1, top * span)
+            return by_depth.last_before(qk, qt, inclusive=True)
         ik, qk = key_ids([g, depth], [qg, qd])
         return Ordered(ik, s).last_before(qk, qt, inclusive=True)
 

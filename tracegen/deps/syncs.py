@@ -16,13 +16,13 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from fastrack.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
-from tracegen.deps.hosts import HostOps
+from tracegen.deps.hosts import CorrMap, HostOps
 from tracegen.deps.launches import GpuOps
 from tracegen.deps.raw import SCOPE_CODES
+from tracegen.deps.search import group_ids, join
 from tracegen.deps.streams import GpuLookup
 
 
@@ -44,16 +44,14 @@ def sync_half_edges(x: HostOps, g: GpuOps, gpu_base: int, edges: Edges) -> None:
         edges.add(x.n_calls + qi, gpu_base + x.awaits[qi], DepKind.SYNC)
 
 
-def _record_info(rows: np.ndarray, x: HostOps, corr_map: pd.DataFrame, find: GpuLookup):
+def _record_info(rows: np.ndarray, x: HostOps, corr_map: CorrMap, find: GpuLookup):
     """(time bound, record stream, event known) of the event each host op of ``rows`` waits on."""
     ec = x.event_corr[rows]
     t = x.start[rows].copy()
     rs = x.record_stream[rows].copy()
     rec = np.full(len(rows), -1, np.int64)
     if (ec >= 0).any() and len(corr_map):
-        m = pd.DataFrame({"rank": x.rank[rows], "corr": ec}).merge(corr_map, on=["rank", "corr"], how="left")
-        rec = np.array(m["hop"].fillna(-1).to_numpy(np.int64))
-        rec[ec < 0] = -1
+        rec = corr_map.find(x.rank[rows], ec)
     has = rec >= 0
     t[has] = x.start[rec[has]]
     take = has & (rs < 0)
@@ -66,7 +64,7 @@ def _record_info(rows: np.ndarray, x: HostOps, corr_map: pd.DataFrame, find: Gpu
     return t, rs, (ec >= 0) | (x.record_stream[rows] >= 0)
 
 
-def sync_edges(x: HostOps, g: GpuOps, corr_map: pd.DataFrame, find: GpuLookup, gpu_base: int,
+def sync_edges(x: HostOps, g: GpuOps, corr_map: CorrMap, find: GpuLookup, gpu_base: int,
                edges: Edges) -> None:
     """``sync`` edges of the blocking calls, by scope (stream, event, device)."""
     syn = np.flatnonzero((x.kind == OpKind.SYNC) & (x.scope > 0))
@@ -90,17 +88,17 @@ def sync_edges(x: HostOps, g: GpuOps, corr_map: pd.DataFrame, find: GpuLookup, g
     # device scope: last op on every stream of the rank (device filtered when known)
     r = syn[sc == SCOPE_CODES["device"]]
     if len(r):
-        streams = pd.DataFrame({"rank": g.rank, "dev": g.device, "stream": g.stream}).drop_duplicates()
-        q = pd.DataFrame({"row": r, "rank": x.rank[r], "qdev": x.device[r]}).merge(streams, on="rank")
-        q = q[(q["qdev"] < 0) | (q["qdev"] == q["dev"])]
-        if len(q):
-            qr = q["row"].to_numpy(np.int64)
-            tgt = find.last_on_device_stream(q["rank"].to_numpy(np.int64), q["dev"].to_numpy(np.int64),
-                                             q["stream"].to_numpy(np.int64), x.start[qr])
+        _, one = np.unique(group_ids(g.rank, g.device, g.stream), return_index=True)  # (rank, device, stream)s
+        qi, si = join(g.rank[one], x.rank[r])
+        keep = (x.device[r][qi] < 0) | (x.device[r][qi] == g.device[one][si])
+        qi, si = qi[keep], one[si[keep]]
+        if len(qi):
+            qr = r[qi]
+            tgt = find.last_on_device_stream(g.rank[si], g.device[si], g.stream[si], x.start[qr])
             edges.add(qr, np.where(tgt >= 0, gpu_base + tgt, -1), DepKind.SYNC)
 
 
-def event_edges(x: HostOps, corr_map: pd.DataFrame, find: GpuLookup, gpu_base: int, edges: Edges) -> None:
+def event_edges(x: HostOps, corr_map: CorrMap, find: GpuLookup, gpu_base: int, edges: Edges) -> None:
     """``event`` edges of the stream waits (cudaStreamWaitEvent)."""
     waits = np.flatnonzero((x.kind != OpKind.SYNC) & ~x.half & ((x.wait_stream >= 0) | (x.event_corr >= 0)))
     if not len(waits):

@@ -584,13 +584,6 @@ def _json_type(v: Any) -> str:
     return {dict: "object", list: "array", str: "string"}.get(type(v), type(v).__name__)
 
 
-def _check_names(rows: list, index: int, path: str) -> None:
-    """Every event's ``name`` is a string (a list or an object would reach every later step)."""
-    for r in rows:
-        if type(r[index]) is not str:
-            raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(r[index])}, expected a string", path=path)
-
-
 def _coll_type(name: str | None) -> str | None:
     if not name:
         return None
@@ -648,153 +641,209 @@ def _memcpy_kind(name: str) -> tuple[str | None, str | None]:
 # --------------------------------------------------------------------------- rows of one file
 
 
+def _check_name_col(names: tuple, path: str, distinct: dict | None = None) -> None:
+    """Every event's ``name`` is a string (a list or an object would reach every later step);
+    ``distinct``: the distinct names when known (only those are looked at, unless one is wrong)."""
+    if set(map(type, names if distinct is None else distinct)) != {str}:
+        bad = next(v for v in names if type(v) is not str)
+        raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(bad)}, expected a string", path=path)
+
+
+def _distinct(names: tuple) -> dict | None:
+    """The distinct names in order of first appearance (dict keys), None if one is unhashable."""
+    try:
+        return dict.fromkeys(names)
+    except TypeError:
+        return None
+
+
+def _codes(values: tuple, distinct: dict) -> tuple[np.ndarray, list]:
+    """Dense codes of ``values`` (first appearance order) and the ``distinct`` values: the names
+    repeat, so per-name work is done once per distinct name."""
+    index = {v: i for i, v in enumerate(distinct)}
+    return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), list(index)
+
+
+def _only_x(ph: tuple) -> np.ndarray | None:
+    """Mask of the complete ('X') events, or None when all are."""
+    return None if ph.count("X") == len(ph) else np.array([p == "X" for p in ph], bool)
+
+
+def _frame_of(parts: list[dict[str, np.ndarray]], rank: int) -> pd.DataFrame:
+    """One frame of the parts (column arrays of equal length each), exactly as ``pd.concat`` of
+    their frames would make it (``ignore_index``, ``sort=False``): columns in order of first
+    appearance; a column some part lacks is filled with NaN (int64 -> float64, bool -> object)."""
+    lens = [len(next(iter(p.values()))) for p in parts]
+    n = sum(lens)
+    names: list[str] = []
+    for p in parts:
+        names += [c for c in p if c not in names]
+    cols: dict[str, Any] = {}
+    for c in names:
+        have = [p.get(c) for p in parts]
+        if all(a is not None for a in have):
+            out = np.concatenate(have) if len(have) > 1 else have[0]
+        else:
+            kind = next(a for a in have if a is not None).dtype.kind
+            out = np.full(n, np.nan, np.float64 if kind in "iuf" else object)
+            at = 0
+            for a, k in zip(have, lens):
+                if a is not None:
+                    out[at:at + k] = a.tolist() if kind == "b" else a
+                at += k
+        cols[c] = pd.Series(out, dtype=object, copy=False) if out.dtype == object else out
+    cols["rank"] = np.full(n, rank, np.int64)
+    # (column labels as plain objects: a pandas string index is Arrow-backed, and the first Arrow
+    # string array of a process costs ~15-30 ms)
+    frame = pd.DataFrame(dict(enumerate(cols.values())))
+    frame.columns = pd.Index(list(cols), dtype=object)
+    return frame
+
+
 def _frame(fd: _FileData) -> pd.DataFrame:
+    """The raw-op frame of one file (:mod:`tracegen.deps` contract): columns built with numpy
+    from the row lists, per-name work once per distinct name, one frame at the end."""
     path = fd.path
-    all_ts = [r[4] for r in fd.gpu] + [r[3] for r in fd.rt] + [r[4] for r in fd.ann]
+    rtc = tuple(zip(*fd.rt)) if fd.rt else None  # name, pid, tid, ts, dur, corr, ph
+    gc_ = tuple(zip(*fd.gpu)) if fd.gpu else None  # code, name, pid, tid, ts, dur, corr, stream, device, bytes, ext, coll
+    anc = tuple(zip(*fd.ann)) if fd.ann else None  # code, name, pid, tid, ts, dur, ph
     if not fd.gpu and not fd.rt:
         raise TraceFormatError(
             f"empty trace: no CUDA runtime calls and no GPU operations among {fd.num_events} events", path=path
         )
-    for rows, index in ((fd.rt, 0), (fd.gpu, 1), (fd.ann, 1)):
-        _check_names(rows, index, path)
-    ts_all = _num(all_ts, "ts", ["?"] * len(all_ts), path) if all_ts else np.zeros(1)
+    rt_names = _distinct(rtc[0]) if rtc else None
+    ann_names = _distinct(anc[1]) if anc else None
+    for cols, index, distinct in ((rtc, 0, rt_names), (gc_, 1, None), (anc, 1, ann_names)):
+        if cols is not None:
+            _check_name_col(cols[index], path, distinct)
+    ng, nr = len(fd.gpu), len(fd.rt)
+    all_ts = (gc_[4] if gc_ else ()) + (rtc[3] if rtc else ()) + (anc[4] if anc else ())
+    ts_all = _num(all_ts, "ts", None, path) if all_ts else np.zeros(1)
     base = float(np.floor(np.min(ts_all)))
     span_us = float(np.max(ts_all)) - base
     if span_us * 1000.0 > MAX_SPAN_NS:  # one wrong 'ts' would stretch the trace over years
         raise TraceFormatError(f"events' 'ts' span {span_us / 86400e6:,.1f} days; a trace may span at most "
                                f"{MAX_SPAN_NS / 86400e9:.0f} days: some 'ts' is wrong", path=path)
-    parts = []
+    parts: list[dict[str, np.ndarray]] = []
 
     # ---- host calls
-    rt_corr = np.zeros(0, np.int64)
-    if fd.rt:
-        name, pid, tid, ts, dur, corr, ph = zip(*fd.rt)
-        pid_a = _ints(pid)
-        keep = pid_a != -1
-        if any(p != "X" for p in ph):
-            keep &= np.array([p == "X" for p in ph], bool)
+    rt: dict[str, np.ndarray] = {}
+    if rtc:
+        name, pid, tid, _ts, dur, corr, ph = rtc
+        keep = _ints(pid) != -1
+        xs = _only_x(ph)
+        if xs is not None:
+            keep &= xs
         names = np.array(name, dtype=object)
-        ts_a = _num(ts, "ts", names, path)
-        dur_a = _num(dur, "dur", names, path, nonneg=True)
-        rt_corr = _ints(corr)
-        scope = pd.Series(names).map(_SYNC_SCOPE).fillna("").to_numpy(object)
-        kind = np.where(scope != "", int(OpKind.SYNC), int(OpKind.RUNTIME))
-        uniq = {n: bool(_SYNC_MEMCPY.match(n)) for n in set(name)}
-        blocking = np.array([uniq[n] for n in name], bool)
-        rt = pd.DataFrame(
-            {
-                "kind": kind, "name": pd.Series(names, dtype=object), "thread": _ints(tid), "start_ns": _ns(ts_a, base),
-                "dur_ns": np.rint(dur_a * 1000.0).astype(np.int64), "correlation": rt_corr,
-                "sync_scope": pd.Series(scope, dtype=object), "blocking": blocking,
-            }
-        )[keep]  # fmt: skip
+        dur_a = _num(dur, "dur", None, path, nonneg=True)
+        codes, uniq = _codes(name, rt_names)
+        scope = np.array([_SYNC_SCOPE.get(n, "") for n in uniq], dtype=object)[codes]
+        blocking = np.array([_SYNC_MEMCPY.match(n) is not None for n in uniq], bool)[codes]
+        rt = {
+            "kind": np.where(scope != "", int(OpKind.SYNC), int(OpKind.RUNTIME)), "name": names, "thread": _ints(tid),
+            "start_ns": _ns(ts_all[ng:ng + nr], base), "dur_ns": np.rint(dur_a * 1000.0).astype(np.int64),
+            "correlation": _ints(corr), "sync_scope": scope, "blocking": blocking,
+        }  # fmt: skip
+        if not keep.all():
+            rt = {k: v[keep] for k, v in rt.items()}
         parts.append(rt)
 
     # ---- GPU ops
-    if fd.gpu:
-        code, name, pid, tid, ts, dur, corr, stream, device, nbytes, ext, coll = zip(*fd.gpu)
+    if gc_:
+        code, name, pid, tid, _ts, dur, corr, stream, device, nbytes, ext, coll = gc_
         names = np.array(name, dtype=object)
         code_a = np.array(code, np.int64)
-        kind = np.array([_GPU_KIND[c] for c in code], np.int64)
+        kind = np.array([_GPU_KIND[c] for c in range(_MS + 1)], np.int64)[code_a]
         dev = _ints(device)
         dev = np.where(dev < 0, _ints(pid), dev) if (dev < 0).any() else dev
         st = _ints(stream)
         st = np.where(st < 0, _ints(tid), st) if (st < 0).any() else st
-        ts_a = _num(ts, "ts", names, path)
-        dur_a = _num(dur, "dur", names, path, nonneg=True)
-        g = pd.DataFrame(
-            {
-                "kind": kind, "name": pd.Series(names, dtype=object), "device": dev, "stream": st, "start_ns": _ns(ts_a, base),
-                "dur_ns": np.rint(dur_a * 1000.0).astype(np.int64), "correlation": _ints(corr),
-                "bytes": np.maximum(_ints(nbytes, 0), 0),
-            }
-        )  # fmt: skip
+        dur_a = _num(dur, "dur", None, path, nonneg=True)
+        g = {
+            "kind": kind, "name": names, "device": dev, "stream": st, "start_ns": _ns(ts_all[:ng], base),
+            "dur_ns": np.rint(dur_a * 1000.0).astype(np.int64), "correlation": _ints(corr),
+            "bytes": np.maximum(_ints(nbytes, 0), 0),
+        }  # fmt: skip
         mc = np.flatnonzero(code_a == _MC)
         if len(mc):
-            cache = {n: _memcpy_kind(n) for n in set(names[mc])}
-            cd = np.full(len(g), None, dtype=object)
-            hm = np.full(len(g), None, dtype=object)
+            cache = {n: _memcpy_kind(n) for n in set(names[mc].tolist())}
+            cd = np.full(ng, None, dtype=object)
+            hm = np.full(ng, None, dtype=object)
             cd[mc] = [cache[n][0] for n in names[mc]]
             hm[mc] = [cache[n][1] for n in names[mc]]
-            g["copy_dir"] = pd.Series(cd, dtype=object, index=g.index)
-            g["host_mem"] = pd.Series(hm, dtype=object, index=g.index)
+            g["copy_dir"], g["host_mem"] = cd, hm
         ci = [i for i, c in enumerate(coll) if c is not None]
         if ci:
-            _collectives(fd, g, ci, names, ext, coll, base)
+            _collectives(fd, g, ci, names, ext, coll, rtc)
         parts.append(g)
         # blocking D2H pageable async copies
-        if fd.rt and len(mc):
-            d2h_pg = g.iloc[mc]
-            d2h_pg = d2h_pg[(d2h_pg["copy_dir"] == CopyDir.D2H.label) & (d2h_pg["host_mem"] == HostMem.PAGEABLE.label)]
-            if len(d2h_pg):
-                rt = parts[0]
-                rt.loc[rt["correlation"].isin(d2h_pg["correlation"]) & (rt["correlation"] >= 0), "blocking"] = True
+        if rt and len(mc):
+            pg = mc[(g["copy_dir"][mc] == CopyDir.D2H.label) & (g["host_mem"][mc] == HostMem.PAGEABLE.label)]
+            if len(pg):
+                rc = rt["correlation"]
+                rt["blocking"][np.isin(rc, g["correlation"][pg]) & (rc >= 0)] = True
 
-    # ---- cuda_sync hints onto host calls by correlation
-    if fd.sync and fd.rt:
+    # ---- cuda_sync hints onto host calls by correlation (the first hint of each correlation)
+    if fd.sync and rt:
         sc, skind, sstream, wstream, wcorr, sdev = zip(*fd.sync)
-        s = pd.DataFrame(
-            {"correlation": _ints(sc), "skind": [str(k).strip() for k in skind], "s_stream": _ints(sstream),
-             "w_stream": _ints(wstream), "w_corr": _ints(wcorr), "s_dev": _ints(sdev)}
-        ).drop_duplicates("correlation")  # fmt: skip
-        rt = parts[0]
-        m = rt[["correlation", "sync_scope"]].reset_index().merge(s, on="correlation", how="inner")
-        if len(m):
-            idx = m["index"].to_numpy()
-            sk = m["skind"].to_numpy(object)
-            scope = m["sync_scope"].to_numpy(object)
-            for col in ("sync_stream", "event_corr", "record_stream", "wait_stream"):
-                if col not in rt:
-                    rt[col] = -1
+        s_corr = _ints(sc)
+        s_kind = np.array([str(k).strip() for k in skind], dtype=object)
+        s_stream, w_stream, w_corr, s_dev = (_ints(c) for c in (sstream, wstream, wcorr, sdev))
+        uc, first = np.unique(s_corr, return_index=True)
+        rc = rt["correlation"]
+        pos = np.minimum(np.searchsorted(uc, rc), len(uc) - 1)
+        idx = np.flatnonzero(uc[pos] == rc)
+        if len(idx):
+            j = first[pos[idx]]
+            sk, scope = s_kind[j], rt["sync_scope"][idx]
+            s_stream, w_stream, w_corr, s_dev = s_stream[j], w_stream[j], w_corr[j], s_dev[j]
+            for col in ("sync_stream", "event_corr", "record_stream", "wait_stream", "device"):
+                rt[col] = np.full(len(rc), -1, np.int64)
             is_ss = (sk == "Stream Sync") & (scope == "stream")
-            rt.loc[idx[is_ss], "sync_stream"] = m["s_stream"].to_numpy()[is_ss]
-            is_es = (sk == "Event Sync") & (scope == "event")
-            rt.loc[idx[is_es], "event_corr"] = m["w_corr"].to_numpy()[is_es]
-            rt.loc[idx[is_es], "record_stream"] = m["w_stream"].to_numpy()[is_es]
+            rt["sync_stream"][idx[is_ss]] = s_stream[is_ss]
+            is_ev = ((sk == "Event Sync") & (scope == "event")) | (sk == "Stream Wait Event")
+            rt["event_corr"][idx[is_ev]] = w_corr[is_ev]
+            rt["record_stream"][idx[is_ev]] = w_stream[is_ev]
             is_wait = sk == "Stream Wait Event"
-            rt.loc[idx[is_wait], "wait_stream"] = m["s_stream"].to_numpy()[is_wait]
-            rt.loc[idx[is_wait], "event_corr"] = m["w_corr"].to_numpy()[is_wait]
-            rt.loc[idx[is_wait], "record_stream"] = m["w_stream"].to_numpy()[is_wait]
-            is_dev = (scope == "device") & (m["s_dev"].to_numpy() >= 0)
-            if "device" not in rt:
-                rt["device"] = -1
-            rt.loc[idx[is_dev], "device"] = m["s_dev"].to_numpy()[is_dev]
+            rt["wait_stream"][idx[is_wait]] = s_stream[is_wait]
+            is_dev = (scope == "device") & (s_dev >= 0)
+            rt["device"][idx[is_dev]] = s_dev[is_dev]
 
     # ---- annotations: operators on CUDA-calling threads, profiler steps anywhere
-    if fd.ann:
-        code, name, pid, tid, ts, dur, ph = zip(*fd.ann)
-        names = np.array(name, dtype=object)
+    if anc:
+        code, name, pid, tid, _ts, dur, ph = anc
         tid_a = _ints(tid)
         pid_a = _ints(pid)
-        # names are strings (_check_names) and repeat: classify each distinct one once
-        step_names = {n for n in set(name) if n[:1] == "P" and _STEP_RE.match(n)}
-        marker_names = {n for n in set(name) if n[:8] == REQUEST_PREFIX and parse_request_marker(n) is not None}
-        is_step = np.fromiter((n in step_names for n in name), bool, len(name))
+        # names are strings (_check_name_col) and repeat: classify each distinct one once
+        codes, uniq = _codes(name, ann_names)
+        is_step = np.array([n[:1] == "P" and _STEP_RE.match(n) is not None for n in uniq], bool)[codes]
+        is_marker = np.array([n[:8] == REQUEST_PREFIX and parse_request_marker(n) is not None for n in uniq],
+                             bool)[codes]
         code_a = np.array(code, np.int64)
-        cuda_threads = set(parts[0]["thread"].tolist()) if fd.rt else set()
-        is_marker = np.fromiter((n in marker_names for n in name), bool, len(name))
-        keep = is_step | ((code_a == _OP) & np.isin(tid_a, list(cuda_threads)) & (pid_a != -1))
+        cuda_threads = np.unique(rt["thread"]) if rt else EMPTY_I64
+        keep = is_step | ((code_a == _OP) & np.isin(tid_a, cuda_threads) & (pid_a != -1))
         keep |= is_marker & (pid_a != -1)
-        if any(p != "X" for p in ph):
-            keep &= np.array([p == "X" for p in ph], bool)
+        xs = _only_x(ph)
+        if xs is not None:
+            keep &= xs
         if keep.any():
             sel = np.flatnonzero(keep)
-            ts_a = _num([ts[i] for i in sel], "ts", names[sel], path)
-            dur_a = _num([dur[i] for i in sel], "dur", names[sel], path, nonneg=True)
+            dur_a = _num([dur[i] for i in sel.tolist()], "dur", None, path, nonneg=True)
             dur_a = np.where(is_marker[sel], 0.0, dur_a)  # a marker is the instant its range began
             parts.append(
-                pd.DataFrame(
-                    {"kind": int(OpKind.CPU), "name": pd.Series(names[sel], dtype=object), "thread": tid_a[sel], "start_ns": _ns(ts_a, base),
-                     "dur_ns": np.rint(dur_a * 1000.0).astype(np.int64)}
-                )  # fmt: skip
-            )
-    raw = pd.concat(parts, ignore_index=True, sort=False)
-    raw["rank"] = fd.rank
-    return raw
+                {"kind": np.full(len(sel), int(OpKind.CPU), np.int64), "name": np.array(name, dtype=object)[sel],
+                 "thread": tid_a[sel], "start_ns": _ns(ts_all[ng + nr + sel], base),
+                 "dur_ns": np.rint(dur_a * 1000.0).astype(np.int64)}
+            )  # fmt: skip
+    return _frame_of(parts, fd.rank)
 
 
-def _collectives(fd: _FileData, g: pd.DataFrame, ci: list[int], names, ext, coll, base: float) -> None:
-    """Fill kind/coll_* of NCCL kernels (rows ``ci`` of ``g``)."""
+EMPTY_I64 = np.zeros(0, np.int64)
+
+
+def _collectives(fd: _FileData, g: dict[str, np.ndarray], ci: list[int], names, ext, coll, rtc) -> None:
+    """Fill kind/coll_* of NCCL kernels (rows ``ci`` of the GPU columns ``g``; ``rtc``: the host
+    call columns, or None)."""
     rpc_by_ext: dict[int, dict] = {}
     encl: dict[int, list] = {}  # thread -> sorted [(start_us, end_us, type, args)]
     for name, _pid, tid, ts, dur, x, a in fd.rpc:
@@ -810,21 +859,29 @@ def _collectives(fd: _FileData, g: pd.DataFrame, ci: list[int], names, ext, coll
     for lst in encl.values():
         lst.sort(key=lambda r: r[0])
     starts = {t: [r[0] for r in lst] for t, lst in encl.items()}
-    # launching call of each collective kernel, by correlation
+    corr = g["correlation"]
+    # launching call of each collective kernel, by correlation: the first host call whose
+    # correlation value is one of theirs (rows whose value reads as that integer, or as none)
     launch: dict[int, tuple[int, float]] = {}
-    if fd.rt and encl:
-        want = set(int(c) for c in g["correlation"].to_numpy()[ci] if c >= 0)
-        for _rname, _pid, tid, ts, _dur, c, _ph in fd.rt:
+    if rtc and encl:
+        want_a = np.unique(corr[ci])
+        want_a = want_a[want_a >= 0]
+        want = set(want_a.tolist())
+        rcorr = rtc[5]
+        ra = _ints(rcorr)
+        tids, tss = rtc[2], rtc[3]
+        for i in np.flatnonzero(np.isin(ra, want_a) | (ra == -1)).tolist():
+            c = rcorr[i]
             if c in want:
                 try:
-                    launch.setdefault(c, (_ints([tid])[0], float(ts)))
+                    launch.setdefault(c, (_ints([tids[i]])[0], float(tss[i])))
                 except (TypeError, ValueError):
                     pass
-    kind = g["kind"].to_numpy().copy()
-    ctype = np.full(len(g), None, dtype=object)
-    cgroup = np.full(len(g), None, dtype=object)
-    cbytes = np.zeros(len(g), np.int64)
-    corr = g["correlation"].to_numpy()
+    kind = g["kind"].copy()
+    ng = len(kind)
+    ctype = np.full(ng, None, dtype=object)
+    cgroup = np.full(ng, None, dtype=object)
+    cbytes = np.zeros(ng, np.int64)
     for i in ci:
         a = coll[i]
         info = a if "Collective name" in a else None
@@ -853,10 +910,9 @@ def _collectives(fd: _FileData, g: pd.DataFrame, ci: list[int], names, ext, coll
         ctype[i] = typ or _coll_from_kernel_name(names[i]) or "unknown"
         kind[i] = int(OpKind.COLLECTIVE)
     g["kind"] = kind
-    g["coll_type"] = pd.Series(ctype, dtype=object, index=g.index)
-    g["coll_group"] = pd.Series(cgroup, dtype=object, index=g.index)
-    g["coll_bytes"] = cbytes
-    g.loc[kind == int(OpKind.COLLECTIVE), "bytes"] = cbytes[kind == int(OpKind.COLLECTIVE)]
+    g["coll_type"], g["coll_group"], g["coll_bytes"] = ctype, cgroup, cbytes
+    is_coll = kind == int(OpKind.COLLECTIVE)
+    g["bytes"] = np.where(is_coll, cbytes, g["bytes"])
 
 
 # --------------------------------------------------------------------------- public API
@@ -921,11 +977,13 @@ def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
 def _metadata(datas: list[_FileData], raw: pd.DataFrame, sizes: set[int]) -> dict[str, Any]:
     models: list[str] = []
     versions: dict[str, str] = {}
+    rank, gpu = raw["rank"].to_numpy(), raw["kind"].to_numpy() >= int(OpKind.KERNEL)
+    device = raw["device"].to_numpy() if "device" in raw else None
     for fd in datas:
         head = fd.head
         props = head.get("deviceProperties")
-        gpu_rows = raw[(raw["rank"] == fd.rank) & (raw["kind"] >= int(OpKind.KERNEL))]
-        used = Counter(gpu_rows["device"].tolist()).most_common(1) if "device" in raw and len(gpu_rows) else []
+        mine = gpu & (rank == fd.rank)  # the file's GPU ops: the device most of them ran on
+        used = Counter(device[mine].tolist()).most_common(1) if device is not None and mine.any() else []
         if isinstance(props, list) and props:
             match = [d for d in props if isinstance(d, dict) and used and d.get("id") == used[0][0]]
             d = match[0] if match else props[0] if isinstance(props[0], dict) else {}
