@@ -462,7 +462,10 @@ def _whole_events(path: str, doc: WholeDoc) -> tuple[_FileData, dict[str, Any]]:
     the tail is looked for in the bytes from the start of the chunk of ``CHUNK`` bytes that holds
     the end of the last event, the window the streaming reader keeps."""
     fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
-    fd.num_events = _collect(path, doc.events, fd)
+    if doc.rows is not None:  # the compiled scanner sorted the events already (kinetoscan.py)
+        fd.num_events, fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc = doc.rows
+    else:
+        fd.num_events = _collect(path, doc.events, fd)
     if doc.bare:
         return fd, {}
     start = (doc.last_event_end // CHUNK) * CHUNK if doc.last_event_end >= 0 else 0
@@ -480,7 +483,7 @@ def _read_file(path: str) -> _FileData:
     """One file: read at once when :func:`~tracegen.importers.jsonwhole.read_whole` can (at most
     :data:`WHOLE_FILE_MAX_BYTES` decompressed, nothing the two parsers read differently), else
     streamed; the same result either way (0 as the limit: always streamed)."""
-    doc = read_whole(path, MAX_JSON_DEPTH, WHOLE_FILE_MAX_BYTES) if WHOLE_FILE_MAX_BYTES > 0 else None
+    doc = read_whole(path, MAX_JSON_DEPTH, WHOLE_FILE_MAX_BYTES, _CATS) if WHOLE_FILE_MAX_BYTES > 0 else None
     if doc is not None:
         head = {k: v for k, v in doc.before.items() if k in _HEAD_KEYS}
         fd, tail = _whole_events(path, doc)
