@@ -143,7 +143,7 @@ NAMES = ["k", "record_param_comms", "nccl:all_reduce", "ncclKernel_AllReduce", "
          "cudaLaunchKernel", "cudaStreamSynchronize", "ProfilerStep#3", "Memcpy DtoH (Device -> Pageable)",
          "\u212acl", "nccl\u00e9", "\u00e9\u4e2d\U0001f600", 'quote " back \\ slash / tab \t nl \n', "\x00\x1f\x7f",
          "Stream Sync"]
-ALPHABET = "aZ09 _:#\"\\/\t\n\x00\x1f\x7f\u00e9\u212a\u4e2d\uffff\U0001f600"
+ALPHABET = "aZ09 _:#\"\\/\b\f\n\r\t\x00\x1f\x7f\u00e9\u212a\u4e2d\uffff\U0001f600"
 SPECIAL_NUMBERS = ["0.0", "-0.0", "-0", "0e0", "0E+00", "1E2", "1.5e-40", "2.5E+20", "123e-2", "9e99", "1e-99",
                    "0.000000000000000000000000000001", "4.35", "8999999999999999999", "-8999999999999999999",
                    "1751410836000000000"]
@@ -276,7 +276,8 @@ def _document(seed: int, event=_event) -> bytes:
         members = [(_lit(rng, "traceEvents"), arr)]
         for key in rng.sample(["schemaVersion", "distributedInfo", "deviceProperties", "INFO", "traceName"],
                               rng.randrange(4)):
-            members.insert(rng.randrange(len(members) + 1), (_lit(rng, key), _value(rng)))
+            value = _value(rng) if event is _event else rng.choice(['1', '"x"', '{"rank": 1, "world_size": 2}', "[{}]"])
+            members.insert(rng.randrange(len(members) + 1), (_lit(rng, key), value))
         text = _obj(members, ",\n")
     pad = rng.choice(["", " ", "\n", "\r\n\t "])
     return (pad + text + pad).encode("utf-8")
@@ -334,6 +335,29 @@ def test_string_bytes_checked_as_strict_utf8(monkeypatch, raw):
     for field in (b"name", b"junk"):
         doc = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "' + field + b'": "a' + raw + b'"}]}'
         _same(doc, monkeypatch)
+
+
+@built
+def test_utf8_sequences_exactly_as_python():
+    """Every lead byte 0x80-0xFF with two or three following bytes around the boundaries of the
+    strict decoder (overlong forms, encoded surrogates, beyond U+10FFFF, cut sequences), in a
+    string that is built and in one that is only checked: accepted exactly when Python's strict
+    UTF-8 decoder accepts the bytes, and built to the same text."""
+    follow = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC2, 0xE0, 0xF0, 0xFF]
+    scan = kinetoscan._compiled.scan
+    for lead in range(0x80, 0x100):
+        for b1 in follow:
+            for b2 in follow:
+                for b3 in (0x41, 0x80, 0xBF):
+                    seq = bytes([lead, b1, b2, b3])
+                    try:
+                        text = seq.decode("utf-8")
+                    except UnicodeDecodeError:
+                        text = None
+                    built_ = scan(b'{"s": "' + seq + b'", "traceEvents": []}', kineto._CATS)
+                    checked = scan(b'{"traceEvents": [], "s": "' + seq + b'"}', kineto._CATS)
+                    assert (built_ is None) == (text is None) and (checked is None) == (text is None), seq
+                    assert built_ is None or built_[0] == {"s": text}, seq
 
 
 EVENT_OK = b'{"ph": "X", "cat": "cuda_runtime", "name": "n", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"correlation": 3}}'
