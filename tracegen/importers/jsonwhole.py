@@ -16,6 +16,11 @@ exactly what the streaming reader (ijson, :mod:`tracegen.importers.kineto`) woul
 * the bytes are UTF-8, the text is valid JSON without ``NaN``/``Infinity``, its top level is an
   array, or an object with no key twice and a ``traceEvents`` array.
 
+With ``cats`` (the Kineto reader passes its categories), the compiled Kineto scanner
+(:mod:`tracegen.importers.kinetoscan`) reads the document first, after the same guard scan and
+budget checks: it builds only the rows the Kineto event loop keeps (``WholeDoc.rows``), and when
+it declines, ``json`` reads the document as described here.
+
 Any failure (a damaged gzip stream too) means ``None``: the streaming reader then reads the same
 file and reports the error, so an error is worded and located the same way whichever path
 met it (by position, never quoting input bytes), and the fast path needs no error handling of

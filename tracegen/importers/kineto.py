@@ -8,11 +8,13 @@ and returns ``(table, metadata)``.
 
 Reading: plain or gzip JSON (gzip detected by its magic bytes, not by the file name). A document
 of at most ``WHOLE_FILE_MAX_BYTES`` (64 MiB decompressed) is read at once with one ``json`` parse
-(:mod:`tracegen.importers.jsonwhole`), which hands anything unusual or wrong back to the
-streaming reader; larger ones are streamed: the top level before ``traceEvents`` is parsed token
-by token and only whitelisted keys are built, the events are stream-parsed with ijson (C backend
-when available) in chunks, so a large file is never held in memory as a whole. Both readers
-share the event loop (:func:`_collect`) and give the same result. The keys after
+(:mod:`tracegen.importers.jsonwhole`; when built, the compiled scanner of
+:mod:`tracegen.importers.kinetoscan` does that parse and the event loop in one pass), which hands
+anything unusual or wrong back to the streaming reader; larger ones are streamed: the top level
+before ``traceEvents`` is parsed token by token and only whitelisted keys are built, the events
+are stream-parsed with ijson (C backend when available) in chunks, so a large file is never held
+in memory as a whole. Both readers share the event loop (:func:`_collect`) and give the same
+result. The keys after
 ``traceEvents`` (TraceLens-style files put ``deviceProperties`` there) are read from the bytes
 that follow the last event. Every byte passes the guard scan (:mod:`tracegen.importers.jsondepth`:
 nesting depth, number length) before a parser sees it.
@@ -75,7 +77,7 @@ CHUNK = 1 << 18
 MAX_JSON_DEPTH = 64  # nesting of one value (Kineto writes at most 4); deeper values are refused
 _TAIL_LIMIT = 64 << 20
 
-# category -> code
+# category -> code (src/kinetoscan.cpp branches on the same codes)
 _K, _MC, _MS, _RT, _SY, _OP, _UA = range(7)
 _CATS = {
     "kernel": _K, "Kernel": _K,
