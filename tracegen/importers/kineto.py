@@ -64,6 +64,7 @@ from fastrack.errors import TraceFormatError
 from fastrack.markers import REQUEST_PREFIX, parse_request_marker
 from fastrack.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
+from tracegen.importers import kinetoscan
 from tracegen.importers.jsondepth import MAX_NUMBER_CHARS, DepthGuard
 from tracegen.importers.jsonwhole import WHOLE_FILE_MAX_BYTES, WholeDoc, read_whole
 from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
@@ -445,6 +446,12 @@ def _marked(items, reader: _TailReader):
 def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
     """The streaming reader: events parsed chunk by chunk (bounded memory, any size)."""
     fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
+    if kinetoscan.enabled():  # the compiled scanner, when it can (kinetoscan.py), else ijson
+        with _open(path) as raw:
+            got = kinetoscan.stream(raw, prefix == "item", _CATS, CHUNK, MAX_JSON_DEPTH)
+        if got is not None:
+            fd.num_events, fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc, window = got
+            return fd, _tail_keys(window) if prefix != "item" else {}
     with _open(path) as raw:
         counted = _Counted(raw, path)
         reader = _TailReader(counted)

@@ -911,7 +911,95 @@ PyObject *py_scan(PyObject *, PyObject *args) {
     return out;
 }
 
+// split(buffer, pos, after_comma) -> (status, cut, last_item_end)
+// Where the complete items of a JSON array end in a buffer that holds part of it: items are
+// walked structurally from pos (just past the '[' or a ','), each complete only once the ',' or
+// ']' after it is in the buffer. status 0: the buffer ends inside an item (or right after one);
+// cut is the offset of the ',' after the last complete item (pos: none), the items before it are
+// buffer[pos:cut]. status 1: the array ends, cut is the offset of its ']'. status -1: not an
+// array of items (a ']' after a ',', a stray byte): the caller declines. last_item_end is the
+// offset of the last byte of the last complete item (-1: none). The items themselves are checked
+// by scan() of "[" + buffer[pos:cut] + "]"; this walk only finds where they end.
+PyObject *py_split(PyObject *, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos;
+    int after_comma;
+    if (!PyArg_ParseTuple(args, "y*np", &view, &pos, &after_comma)) return nullptr;
+    const unsigned char *s = static_cast<const unsigned char *>(view.buf);
+    const Py_ssize_t n = view.len;
+    Py_ssize_t i = pos, cut = pos, last_end = -1;
+    long status = 0;
+    bool expect_item = after_comma != 0;
+    auto is_ws = [](unsigned char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+    for (;;) {
+        while (i < n && is_ws(s[i])) ++i;
+        if (i >= n) break;
+        if (s[i] == ']' && !expect_item && last_end < 0 && cut == pos) {  // an empty array
+            status = 1;
+            cut = i;
+            break;
+        }
+        Py_ssize_t j = i;  // walk one item
+        unsigned char c = s[j];
+        if (c == '{' || c == '[') {
+            long depth = 0;
+            bool in_str = false;
+            for (; j < n; ++j) {
+                unsigned char d = s[j];
+                if (in_str) {
+                    if (d == '\\') ++j;
+                    else if (d == '"') in_str = false;
+                } else if (d == '"') {
+                    in_str = true;
+                } else if (d == '{' || d == '[') {
+                    ++depth;
+                } else if (d == '}' || d == ']') {
+                    if (--depth == 0) break;
+                }
+            }
+            if (j >= n) break;  // incomplete
+            ++j;
+        } else if (c == '"') {
+            for (++j; j < n; ++j) {
+                if (s[j] == '\\') ++j;
+                else if (s[j] == '"') break;
+            }
+            if (j >= n) break;
+            ++j;
+        } else {  // a scalar: up to a delimiter
+            while (j < n && !is_ws(s[j]) && s[j] != ',' && s[j] != ']' && s[j] != '}') ++j;
+            if (j == i) {
+                status = -1;
+                break;
+            }
+        }
+        Py_ssize_t end = j;
+        while (j < n && is_ws(s[j])) ++j;
+        if (j >= n) break;  // the delimiter is not here yet
+        if (s[j] == ',') {
+            cut = j;
+            last_end = end - 1;
+            i = j + 1;
+            expect_item = true;
+            continue;
+        }
+        if (s[j] == ']') {
+            status = 1;
+            cut = j;
+            last_end = end - 1;
+            break;
+        }
+        status = -1;
+        break;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(lnn)", status, cut, last_end);
+}
+
 PyMethodDef methods[] = {
+    {"split", py_split, METH_VARARGS,
+     "split(buffer, pos, after_comma) -> (status, cut, last_item_end): where the complete items of a JSON "
+     "array end in a buffer holding part of it (the streaming reader, kinetoscan.py)"},
     {"scan", py_scan, METH_VARARGS,
      "scan(buffer, cats) -> None or (before, bare, last_event_end, num_events, gpu, rt, sync, ann, rpc): "
      "the whole-file Kineto parse and event loop in one pass (see tracegen/importers/kinetoscan.py)"},
