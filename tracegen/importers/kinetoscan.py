@@ -29,6 +29,11 @@ A key named twice in one object keeps its last value, as ``json`` does (in an ev
 ``args``, in any value built). The guard scan and the size and object-budget checks of
 ``parse_whole`` run first, unchanged, so the same documents are read at once as before.
 
+:func:`stream` does the same for the streaming reader (documents over the whole-file limit):
+the events array is read chunk by chunk, the complete events of each chunk scanned, the rest
+carried into the next; it declines to ijson on anything :func:`scan` declines and on what yajl
+reads differently from ``json`` (see :func:`stream`).
+
 The scanner is used when the extension is built and the environment variable
 :data:`ENV_SWITCH` (``FASTRACK_NO_NATIVE_JSON``) is unset, empty or ``0``; set to anything else it
 forces the Python path (tests and comparisons). ``tests/test_kineto_scan.py`` proves both paths
