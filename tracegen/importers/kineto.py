@@ -12,9 +12,9 @@ of at most ``WHOLE_FILE_MAX_BYTES`` (64 MiB decompressed) is read at once with o
 :mod:`tracegen.importers.kinetoscan` does that parse and the event loop in one pass), which hands
 anything unusual or wrong back to the streaming reader; larger ones are streamed: the top level
 before ``traceEvents`` is parsed token by token and only whitelisted keys are built, the events
-are stream-parsed with ijson (C backend when available) in chunks, so a large file is never held
-in memory as a whole. Both readers share the event loop (:func:`_collect`) and give the same
-result. The keys after
+are stream-parsed in chunks (by the same compiled scanner when it can, else with ijson, C backend
+when available), so a large file is never held in memory as a whole. Both readers share the
+event loop (:func:`_collect`, or its compiled twin) and give the same result. The keys after
 ``traceEvents`` (TraceLens-style files put ``deviceProperties`` there) are read from the bytes
 that follow the last event. Every byte passes the guard scan (:mod:`tracegen.importers.jsondepth`:
 nesting depth, number length) before a parser sees it.
