@@ -16,6 +16,8 @@ ACCELERATORS: list[tuple[str, list[str], list[str]]] = [
     # every module below takes its numpy arrays through replay/cpp/fastrack/pybuffer.hh
     ("replay._engine", ["replay/cpp/engine_module.cpp"], ["replay/cpp"]),
     ("tracegen.importers._jsonscan", ["tracegen/importers/src/jsonscan.cpp"], []),  # JSON guard scan (jsondepth.py)
+    # the whole-file Kineto parse and event loop in one pass (kinetoscan.py; json + kineto._collect fallback)
+    ("tracegen.importers._kineto", ["tracegen/importers/src/kinetoscan.cpp"], []),
     ("replay._build", ["replay/cpp/build_module.cpp"], ["replay/cpp"]),  # graph builder's edge passes (replay/build.py)
     # GraphEditor.build's edge merge (replay/protocols/editor.py; numpy fallback)
     ("replay.protocols._edit", ["replay/cpp/edit_module.cpp"], ["replay/cpp"]),

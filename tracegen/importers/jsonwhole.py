@@ -16,6 +16,11 @@ exactly what the streaming reader (ijson, :mod:`tracegen.importers.kineto`) woul
 * the bytes are UTF-8, the text is valid JSON without ``NaN``/``Infinity``, its top level is an
   array, or an object with no key twice and a ``traceEvents`` array.
 
+With ``cats`` (the Kineto reader passes its categories), the compiled Kineto scanner
+(:mod:`tracegen.importers.kinetoscan`) reads the document first, after the same guard scan and
+budget checks: it builds only the rows the Kineto event loop keeps (``WholeDoc.rows``), and when
+it declines, ``json`` reads the document as described here.
+
 Any failure (a damaged gzip stream too) means ``None``: the streaming reader then reads the same
 file and reports the error, so an error is worded and located the same way whichever path
 met it (by position, never quoting input bytes), and the fast path needs no error handling of
@@ -33,6 +38,7 @@ from json.decoder import WHITESPACE
 from typing import Any
 
 from fastrack.sniff import GZIP_MAGIC
+from tracegen.importers import kinetoscan
 from tracegen.importers.jsondepth import DepthGuard
 
 WHOLE_FILE_MAX_BYTES = 64 << 20  # decompressed bytes read at once; larger documents are streamed
@@ -47,9 +53,12 @@ class WholeDoc:
 
     data: bytes  # the decompressed bytes
     before: dict[str, Any]  # top-level members before ``traceEvents`` (empty for a bare array)
-    events: list  # the items of ``traceEvents`` (or of the bare top-level array)
+    events: list | None  # the items of ``traceEvents`` (or of the bare top-level array); None with rows
     bare: bool  # the top level is an array of events
     last_event_end: int  # byte offset of the last byte of the last event (-1: no event)
+    # (num_events, gpu, rt, sync, ann, rpc): the Kineto rows, when the compiled scanner read the
+    # document (kinetoscan.py; ``parse_whole(..., cats=...)``); None when ``events`` holds it
+    rows: tuple | None = None
 
 
 def _refuse_constant(name: str):
@@ -119,14 +128,22 @@ def _last_event_end(text: str, close: int, data_is_ascii: bool) -> int:
     return j if data_is_ascii else len(text[:j].encode("utf-8"))
 
 
-def parse_whole(data: bytes, depth_limit: int) -> WholeDoc | None:
-    """The document of ``data`` as the streaming reader would see it, or None (see the module)."""
+def parse_whole(data: bytes, depth_limit: int, cats: dict[str, int] | None = None) -> WholeDoc | None:
+    """The document of ``data`` as the streaming reader would see it, or None (see the module).
+    With ``cats`` (Kineto categories, ``kineto._CATS``) the compiled Kineto scanner reads it when
+    it can (:mod:`tracegen.importers.kinetoscan`): ``rows`` then holds what ``kineto._collect``
+    would give, ``events`` is None; else ``json`` does, as without ``cats``."""
     guard = DepthGuard(depth_limit)
     at, _ = guard.feed(data)
     if at >= 0 or guard.wide or guard.surrogate or guard.depth != 0:
         return None
     if BYTES_PER_TOKEN * guard.tokens + len(data) > WHOLE_FILE_MAX_OBJECT_BYTES:
         return None
+    if cats is not None:
+        got = kinetoscan.scan(data, cats)
+        if got is not None:
+            before, bare, last, *rows = got
+            return WholeDoc(data, before, None, bare, last, tuple(rows))
     try:
         text = data.decode("utf-8")
         i = _skip_ws(text, 0)
@@ -155,10 +172,11 @@ def parse_whole(data: bytes, depth_limit: int) -> WholeDoc | None:
     return WholeDoc(data, {m[0]: m[1] for m in members[:k]}, events, False, last)
 
 
-def read_whole(path: str, depth_limit: int, max_bytes: int = WHOLE_FILE_MAX_BYTES) -> WholeDoc | None:
+def read_whole(path: str, depth_limit: int, max_bytes: int = WHOLE_FILE_MAX_BYTES,
+               cats: dict[str, int] | None = None) -> WholeDoc | None:
     """:func:`parse_whole` of the file ``path`` (gzip or plain), or None."""
     data = read_bytes(path, max_bytes)
-    return None if data is None else parse_whole(data, depth_limit)
+    return None if data is None else parse_whole(data, depth_limit, cats)
 
 
 __all__ = ["WHOLE_FILE_MAX_BYTES", "WHOLE_FILE_MAX_OBJECT_BYTES", "BYTES_PER_TOKEN", "WholeDoc", "read_bytes", "parse_whole", "read_whole"]

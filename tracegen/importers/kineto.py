@@ -8,11 +8,13 @@ and returns ``(table, metadata)``.
 
 Reading: plain or gzip JSON (gzip detected by its magic bytes, not by the file name). A document
 of at most ``WHOLE_FILE_MAX_BYTES`` (64 MiB decompressed) is read at once with one ``json`` parse
-(:mod:`tracegen.importers.jsonwhole`), which hands anything unusual or wrong back to the
-streaming reader; larger ones are streamed: the top level before ``traceEvents`` is parsed token
-by token and only whitelisted keys are built, the events are stream-parsed with ijson (C backend
-when available) in chunks, so a large file is never held in memory as a whole. Both readers
-share the event loop (:func:`_collect`) and give the same result. The keys after
+(:mod:`tracegen.importers.jsonwhole`; when built, the compiled scanner of
+:mod:`tracegen.importers.kinetoscan` does that parse and the event loop in one pass), which hands
+anything unusual or wrong back to the streaming reader; larger ones are streamed: the top level
+before ``traceEvents`` is parsed token by token and only whitelisted keys are built, the events
+are stream-parsed in chunks (by the same compiled scanner when it can, else with ijson, C backend
+when available), so a large file is never held in memory as a whole. Both readers share the
+event loop (:func:`_collect`, or its compiled twin) and give the same result. The keys after
 ``traceEvents`` (TraceLens-style files put ``deviceProperties`` there) are read from the bytes
 that follow the last event. Every byte passes the guard scan (:mod:`tracegen.importers.jsondepth`:
 nesting depth, number length) before a parser sees it.
@@ -62,6 +64,7 @@ from fastrack.errors import TraceFormatError
 from fastrack.markers import REQUEST_PREFIX, parse_request_marker
 from fastrack.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
+from tracegen.importers import kinetoscan
 from tracegen.importers.jsondepth import MAX_NUMBER_CHARS, DepthGuard
 from tracegen.importers.jsonwhole import WHOLE_FILE_MAX_BYTES, WholeDoc, read_whole
 from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
@@ -75,7 +78,7 @@ CHUNK = 1 << 18
 MAX_JSON_DEPTH = 64  # nesting of one value (Kineto writes at most 4); deeper values are refused
 _TAIL_LIMIT = 64 << 20
 
-# category -> code
+# category -> code (src/kinetoscan.cpp branches on the same codes)
 _K, _MC, _MS, _RT, _SY, _OP, _UA = range(7)
 _CATS = {
     "kernel": _K, "Kernel": _K,
@@ -443,6 +446,12 @@ def _marked(items, reader: _TailReader):
 def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
     """The streaming reader: events parsed chunk by chunk (bounded memory, any size)."""
     fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
+    if kinetoscan.enabled():  # the compiled scanner, when it can (kinetoscan.py), else ijson
+        with _open(path) as raw:
+            got = kinetoscan.stream(raw, prefix == "item", _CATS, CHUNK, MAX_JSON_DEPTH)
+        if got is not None:
+            fd.num_events, fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc, window = got
+            return fd, _tail_keys(window) if prefix != "item" else {}
     with _open(path) as raw:
         counted = _Counted(raw, path)
         reader = _TailReader(counted)
@@ -462,7 +471,10 @@ def _whole_events(path: str, doc: WholeDoc) -> tuple[_FileData, dict[str, Any]]:
     the tail is looked for in the bytes from the start of the chunk of ``CHUNK`` bytes that holds
     the end of the last event, the window the streaming reader keeps."""
     fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
-    fd.num_events = _collect(path, doc.events, fd)
+    if doc.rows is not None:  # the compiled scanner sorted the events already (kinetoscan.py)
+        fd.num_events, fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc = doc.rows
+    else:
+        fd.num_events = _collect(path, doc.events, fd)
     if doc.bare:
         return fd, {}
     start = (doc.last_event_end // CHUNK) * CHUNK if doc.last_event_end >= 0 else 0
@@ -480,7 +492,7 @@ def _read_file(path: str) -> _FileData:
     """One file: read at once when :func:`~tracegen.importers.jsonwhole.read_whole` can (at most
     :data:`WHOLE_FILE_MAX_BYTES` decompressed, nothing the two parsers read differently), else
     streamed; the same result either way (0 as the limit: always streamed)."""
-    doc = read_whole(path, MAX_JSON_DEPTH, WHOLE_FILE_MAX_BYTES) if WHOLE_FILE_MAX_BYTES > 0 else None
+    doc = read_whole(path, MAX_JSON_DEPTH, WHOLE_FILE_MAX_BYTES, _CATS) if WHOLE_FILE_MAX_BYTES > 0 else None
     if doc is not None:
         head = {k: v for k, v in doc.before.items() if k in _HEAD_KEYS}
         fd, tail = _whole_events(path, doc)
