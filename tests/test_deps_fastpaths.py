@@ -4,15 +4,30 @@ must give exactly the same answer (``tracegen convert``'s output is byte-identic
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tracegen.deps import derive_dependencies
+from tracegen.deps.arrow import from_numpy, strings
 from tracegen.deps.edges import _unique_sorted
-from tracegen.deps.hosts import CorrMap
+from tracegen.deps.hosts import CorrMap, _group_cummax
+from tracegen.deps.launches import _lookup, _main_threads
 from tracegen.deps.queue import _group_median
-from tracegen.deps.search import Ordered, distinct, enclosing, join
+from tracegen.deps.raw import RAW_DEFAULTS, RawColumns, _blocking, int_col, obj_col
+from tracegen.deps.search import I64_MIN, Ordered, distinct, enclosing, factorize, join
+from tracegen.importers import kineto
 from tracegen.importers.kineto import _frame_of
+
+DATA = Path(__file__).parent / "data"
 
 BIG = 2**59  # times / ids this far apart (values stay in int64) overflow every packed key: the fallbacks run
 
@@ -127,8 +142,128 @@ def test_frame_of_matches_pandas_concat():
     want = pd.concat([pd.DataFrame({k: pd.Series(v, dtype=v.dtype) for k, v in p.items()}) for p in parts],
                      ignore_index=True, sort=False)
     want["rank"] = 3
-    got = _frame_of(parts, 3)
+    got = _frame_of(parts, 3).frame()
     pd.testing.assert_frame_equal(got, want, check_column_type=False)
     assert [type(v) for v in got["blocking"]] == [bool, bool, float, float, float]
-    single = _frame_of(parts[:1], 0)
+    single = _frame_of(parts[:1], 0).frame()
     assert single.dtypes.to_dict() == {"kind": np.int64, "name": object, "blocking": bool, "rank": np.int64}
+
+
+# ------------------------------------------------- the numpy replacements of pandas (no pandas in a Kineto convert)
+
+_OBJ = st.one_of(st.sampled_from(["a", "b", "cpu", ""]), st.none(), st.just(float("nan")),
+                 st.integers(-3, 3), st.sampled_from([1.0, 2.5, True, False]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_OBJ, max_size=30))
+def test_factorize_objects_matches_pandas(values):
+    a = np.empty(len(values), object)
+    a[:] = values
+    codes, uniq = factorize(a)
+    want_codes, want_uniq = pd.factorize(a, use_na_sentinel=True)
+    assert codes.dtype == np.int64 and codes.tolist() == want_codes.tolist()
+    assert len(uniq) == len(want_uniq) and all(type(u) is type(w) and u == w for u, w in zip(uniq, want_uniq))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=30), st.booleans())
+def test_factorize_ints_matches_pandas(values, small):
+    a = np.array(values, np.int64) % 5 if small else np.array(values, np.int64)
+    codes, uniq = factorize(a)
+    want_codes, want_uniq = pd.factorize(a)
+    assert codes.tolist() == want_codes.tolist() and uniq.tolist() == want_uniq.tolist()
+    b = a > 0
+    assert factorize(b)[0].tolist() == pd.factorize(b)[0].tolist()
+
+
+def test_group_ids_of_floats_with_nan():
+    a = np.array([1.5, np.nan, 1.5, 0.0, -0.0, np.nan])
+    assert factorize(a)[0].tolist() == pd.factorize(a)[0].tolist() == [0, -1, 0, 1, 1, -1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-(2**62), 2**62)), max_size=40))
+def test_group_cummax_matches_pandas(rows):
+    rows = sorted(rows, key=lambda r: r[0])  # groups are contiguous runs
+    gid = np.array([r[0] for r in rows], np.int64)
+    v = np.array([r[1] for r in rows], np.int64)
+    first = np.ones(len(v), bool)
+    first[1:] = gid[1:] != gid[:-1]
+    want = pd.Series(v, dtype=np.int64).groupby(np.cumsum(first) - 1).cummax().to_numpy()
+    assert _group_cummax(v, first).tolist() == want.tolist()
+
+
+def _main_threads_pandas(ranks, threads):  # what launches._main_threads replaced
+    cnt = pd.DataFrame({"rank": ranks, "thread": threads})
+    cnt = cnt.value_counts().reset_index(name="n").sort_values(["rank", "n", "thread"], ascending=[True, False, True])
+    main = cnt.drop_duplicates("rank")
+    return dict(zip(main["rank"].to_numpy().tolist(), main["thread"].to_numpy().tolist()))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([7, 3, 2**60, -5])), max_size=40),
+       st.lists(st.integers(0, 5), max_size=80))
+def test_main_threads_and_lookup_match_pandas(pairs, queries):
+    ranks = np.array([p[0] for p in pairs], np.int64)
+    threads = np.array([p[1] for p in pairs], np.int64)
+    got = _main_threads(ranks, threads)
+    assert got == _main_threads_pandas(ranks, threads)
+    if got:
+        q = np.array(queries, np.int64)
+        want = pd.Series(q, dtype=np.int64).map(got).fillna(I64_MIN).to_numpy(np.int64)
+        assert _lookup(q, got).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("a", [np.array([3, -1, 2**40], np.int64), np.array([1, 2], np.int32),
+                               np.array([0, 255, 7], np.uint8), np.array([], np.int64),
+                               np.array([True, False, True]), np.array([0.5, -1.0])])
+def test_from_numpy_equals_pa_array(a):
+    assert from_numpy(a).equals(pa.array(a))
+    mask = np.arange(len(a)) % 2 == 1
+    assert from_numpy(a, mask=mask).equals(pa.array(a, mask=mask))
+    assert from_numpy(a, pa.int64()).equals(pa.array(a, pa.int64())) if a.dtype.kind in "iub" else True
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(max_size=6), max_size=20))
+def test_strings_equals_pa_array(values):
+    a = np.array(values + [""], dtype=object)[:-1] if values else np.zeros(0, object)
+    try:
+        want = pa.array(a, pa.string())
+    except Exception as exc:  # a lone surrogate: the same error either way
+        with pytest.raises(type(exc)):
+            strings(a)
+        return
+    assert strings(a).equals(want)
+
+
+def test_raw_columns_read_as_their_frame():
+    """The Kineto importer's RawColumns and the pandas frame of the same columns give the same
+    trace, and the accessors read them alike (object columns with None/NaN, float-with-NaN ints)."""
+    imp = kineto.read([DATA / "a100_cuda_event_sync_tiny.json.gz"])
+    assert isinstance(imp.raw, RawColumns)
+    frame = imp.raw.frame()
+    assert derive_dependencies(imp.raw).equals(derive_dependencies(frame))
+    cols = {"name": np.array(["x", None, float("nan"), "y"], object), "blocking": np.array([True, None, False, 1], object),
+            "bytes": np.array([1.0, np.nan, 3.0, 4.0]), "copy_dir": np.array([None, "h2d", 1, float("nan")], object)}
+    rc = RawColumns(cols, 4)
+    df = rc.frame()
+    rows = np.array([3, 1, 2])
+    for src in (rc, df):
+        assert int_col(src, "bytes", None).tolist() == [1, RAW_DEFAULTS["bytes"], 3, 4]
+    assert obj_col(rc, "name").tolist() == obj_col(df, "name").tolist() == ["x", None, None, "y"]
+    assert obj_col(rc, "copy_dir", rows).tolist() == obj_col(df, "copy_dir", rows).tolist()
+    assert _blocking(rc).tolist() == _blocking(df).tolist() == [True, False, False, True]
+
+
+def test_kineto_convert_does_not_import_pandas(tmp_path):
+    out = tmp_path / "t.parquet"
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['tracegen', 'convert', {str(DATA / 'a100_cuda_event_sync_tiny.json.gz')!r}, '-o', {str(out)!r}]\n"
+            "try:\n    runpy.run_module('tracegen.cli', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "assert 'pandas' not in sys.modules, 'pandas imported'\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert out.exists()

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from fastrack.errors import TraceFormatError
 from tracegen.cli import main
+from tracegen.deps.raw import as_frame
 from tracegen.importers import jsonwhole, kineto
 
 DATA = Path(__file__).parent / "data"
@@ -45,7 +46,7 @@ def _read_both(monkeypatch, paths):
 
 
 def _assert_same(whole, stream):
-    pd.testing.assert_frame_equal(whole.raw, stream.raw, check_exact=True)
+    pd.testing.assert_frame_equal(as_frame(whole.raw), as_frame(stream.raw), check_exact=True)
     assert whole.metadata == stream.metadata and whole.num_events == stream.num_events
 
 

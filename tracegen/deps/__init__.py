@@ -1,9 +1,13 @@
 """Turn the "raw ops" of an importer into a schema-v1 trace: flattening, gaps, dependencies.
 
-Every importer (Kineto JSON, Nsight SQLite, ...) reduces its input to one pandas DataFrame of
-*raw ops* and calls :func:`derive_dependencies`, which applies ``docs/conventions.md`` and
-returns the Arrow table (built with :func:`fastrack.traceio.make_table`). Importers never
-compute dependencies themselves.
+Every importer (Kineto JSON, Nsight SQLite, ...) reduces its input to one table of *raw ops*
+and calls :func:`derive_dependencies`, which applies ``docs/conventions.md`` and returns the
+Arrow table (built with :func:`fastrack.traceio.make_table`). Importers never compute
+dependencies themselves. The table is either a pandas DataFrame (Nsight, PyTorch ET, capture)
+or a :class:`tracegen.deps.raw.RawColumns` (the Kineto importer's: a dict of equal-length numpy
+columns, with the dtypes the DataFrame would have, ``.frame()`` gives it); both are read alike.
+The derivation itself uses numpy only, and builds its Arrow arrays from numpy buffers
+(:mod:`~tracegen.deps.arrow`), so that a Kineto ``convert`` never imports pandas (~0.25 s).
 
 Raw-op frame contract
 =====================
@@ -112,7 +116,7 @@ What is derived (``docs/conventions.md``)
 * Times are re-based per rank to the earliest kept op; rows sorted by (rank, start_ns, host before
   GPU, thread/stream); op ids 0..n-1 in that order.
 
-Everything is vectorized with numpy/pandas (about 1M raw ops in a few seconds). The rules live in
+Everything is vectorized with numpy (about 1M raw ops in a few seconds). The rules live in
 this package, one concept per module: :mod:`~tracegen.deps.raw` (reading the frame),
 :mod:`~tracegen.deps.hosts`, :mod:`~tracegen.deps.launches`, :mod:`~tracegen.deps.streams`,
 :mod:`~tracegen.deps.syncs`, :mod:`~tracegen.deps.queue`, :mod:`~tracegen.deps.held`, :mod:`~tracegen.deps.collectives` and :mod:`~tracegen.deps.assemble`,

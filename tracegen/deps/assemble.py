@@ -9,17 +9,17 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from fastrack.schema import CopyDir, HostMem, OpKind
 from fastrack.traceio import make_table
+from tracegen.deps.arrow import from_numpy, strings
 from tracegen.deps.collectives import CollectiveFields
 from tracegen.deps.edges import Edges
 from tracegen.deps.hosts import GapOps, HostOps
 from tracegen.deps.launches import GpuOps
 from tracegen.deps.raw import Annotations, RawOps, int_col, label_col
-from tracegen.deps.search import EMPTY, step_of
+from tracegen.deps.search import EMPTY, factorize, step_of
 
 _KIND_LABELS = np.array([k.label for k in OpKind], dtype=object)
 
@@ -47,13 +47,13 @@ def _dict_col(values: np.ndarray, rows: np.ndarray | None = None) -> pa.Array:
     """Dictionary column of ``values`` (dictionary in order of first appearance); with ``rows``
     (ascending), every other value is known to be missing and only those rows are factorized."""
     if rows is None:
-        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+        codes, uniques = factorize(values)
     else:
-        sub, uniques = pd.factorize(values[rows], use_na_sentinel=True)
+        sub, uniques = factorize(values[rows])
         codes = np.full(len(values), -1, np.int64)
         codes[rows] = sub
     return pa.DictionaryArray.from_arrays(
-        pa.array(codes.astype(np.int32), mask=codes < 0), pa.array(np.asarray(uniques, dtype=object), pa.string())
+        from_numpy(codes.astype(np.int32), mask=codes < 0), strings(np.asarray(uniques, dtype=object))
     )
 
 
@@ -72,13 +72,13 @@ def _name_col(codes: np.ndarray, values: np.ndarray) -> pa.Array:
     make it: dictionary in order of first appearance."""
     known = codes >= 0
     if known.all():
-        idx, used = pd.factorize(codes)
+        idx, used = factorize(codes)
     else:
-        sub, used = pd.factorize(codes[known])
+        sub, used = factorize(codes[known])
         idx = np.full(len(codes), -1, np.int64)
         idx[known] = sub
     names = np.append(values, "cpu")[used]
-    return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32), mask=idx < 0), pa.array(names, pa.string()))
+    return pa.DictionaryArray.from_arrays(from_numpy(idx.astype(np.int32), mask=idx < 0), strings(names))
 
 
 def _rank_min(rank: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -136,7 +136,7 @@ def assemble_table(r: RawOps, ann: Annotations, x: HostOps, gaps: GapOps, g: Gpu
 
     gpu_rows = np.flatnonzero(take(is_G))  # the rows of the columns only GPU ops fill
     kinds = pa.DictionaryArray.from_arrays(
-        pa.array(take(O_kind).astype(np.int32)), pa.array(list(_KIND_LABELS), pa.string())
+        from_numpy(take(O_kind).astype(np.int32)), strings(list(_KIND_LABELS))
     )
     cols = {
         "op_id": np.arange(n, dtype=np.int64),
@@ -160,5 +160,5 @@ def assemble_table(r: RawOps, ann: Annotations, x: HostOps, gaps: GapOps, g: Gpu
         "deps": deps,
         "dep_kinds": dep_kinds,
     }
-    cols = {k: (pa.array(v) if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
+    cols = {k: (from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
     return make_table(cols)

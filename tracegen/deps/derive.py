@@ -16,7 +16,6 @@ import contextlib
 import gc
 from typing import Iterator
 
-import pandas as pd
 import pyarrow as pa
 
 from tracegen.deps.assemble import assemble_table
@@ -26,7 +25,7 @@ from tracegen.deps.held import held_edges
 from tracegen.deps.hosts import flatten_host_calls, gap_ops, program_edges, split_blocking_calls
 from tracegen.deps.launches import gpu_ops, launch_edges
 from tracegen.deps.queue import blocked_launches
-from tracegen.deps.raw import annotations, read_raw_ops
+from tracegen.deps.raw import RawInput, annotations, read_raw_ops
 from tracegen.deps.streams import GpuLookup, stream_edges
 from tracegen.deps.syncs import event_edges, sync_edges, sync_half_edges
 
@@ -44,7 +43,7 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def derive_dependencies(raw: pd.DataFrame, *, path: str | None = None) -> pa.Table:
+def derive_dependencies(raw: RawInput, *, path: str | None = None) -> pa.Table:
     """Build a schema-v1 table from a raw-op frame (see :mod:`tracegen.deps` for the contract).
 
     ``path`` only labels error messages. Raises :class:`TraceFormatError` on bad input
@@ -54,7 +53,7 @@ def derive_dependencies(raw: pd.DataFrame, *, path: str | None = None) -> pa.Tab
         return _derive(raw, path)
 
 
-def _derive(raw: pd.DataFrame, path: str | None) -> pa.Table:
+def _derive(raw: RawInput, path: str | None) -> pa.Table:
     ops = read_raw_ops(raw, path)
     ann = annotations(ops)
     calls = flatten_host_calls(ops)

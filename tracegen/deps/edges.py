@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from fastrack.schema import DepKind
+from tracegen.deps.arrow import from_numpy
 from tracegen.deps.search import EMPTY, distinct
 
 
@@ -59,6 +60,6 @@ class Edges:
         counts = np.bincount(dst, minlength=n)
         offsets = np.zeros(n + 1, np.int32 if len(dst) < 2**31 else np.int64)
         np.cumsum(counts, out=offsets[1:])
-        deps = pa.ListArray.from_arrays(pa.array(offsets), pa.array(src, pa.int64()))
-        dep_kinds = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ek, pa.uint8()))
+        deps = pa.ListArray.from_arrays(from_numpy(offsets), from_numpy(src, pa.int64()))
+        dep_kinds = pa.ListArray.from_arrays(from_numpy(offsets), from_numpy(ek, pa.uint8()))
         return deps, dep_kinds

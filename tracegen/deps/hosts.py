@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pandas as pd
 
 from fastrack.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
@@ -94,6 +93,16 @@ class HostCalls:
     corr_map: CorrMap  # (rank, corr) -> hop: the call a correlation id belongs to
 
 
+def _group_cummax(v: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Running maximum of ``v`` restarted at every ``first`` row (groups are contiguous runs),
+    as ``pd.Series(v).groupby(group id).cummax()``."""
+    out = np.empty_like(v)
+    bounds = np.append(np.flatnonzero(first), len(v))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        np.maximum.accumulate(v[a:b], out=out[a:b])
+    return out
+
+
 def flatten_host_calls(r: RawOps) -> HostCalls:
     rank, thread, start, end, dur = r.rank, r.thread, r.start, r.end, r.dur
     h = np.flatnonzero(r.is_host)
@@ -103,8 +112,7 @@ def flatten_host_calls(r: RawOps) -> HostCalls:
     newg = np.ones(nh, bool)
     if nh:
         newg[1:] = (rank[h][1:] != rank[h][:-1]) | (thread[h][1:] != thread[h][:-1])
-    hgid = np.cumsum(newg) - 1
-    cm = pd.Series(he).groupby(hgid).cummax().to_numpy() if nh else EMPTY
+    cm = _group_cummax(he, newg) if nh else EMPTY
     prev = np.full(nh, I64_MIN, np.int64)
     if nh:
         prev[1:] = cm[:-1]

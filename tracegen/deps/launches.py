@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pandas as pd
 
 from fastrack.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
@@ -90,10 +89,27 @@ def _rank_min(rank: np.ndarray, v: np.ndarray, q_rank: np.ndarray) -> np.ndarray
 
 def _main_threads(ranks: np.ndarray, threads: np.ndarray) -> dict[int, int]:
     """Per rank, the thread that appears most often (ties: lowest thread id)."""
-    cnt = pd.DataFrame({"rank": ranks, "thread": threads})
-    cnt = cnt.value_counts().reset_index(name="n").sort_values(["rank", "n", "thread"], ascending=[True, False, True])
-    main = cnt.drop_duplicates("rank")
-    return dict(zip(main["rank"].to_numpy().tolist(), main["thread"].to_numpy().tolist()))
+    if not len(ranks):
+        return {}
+    pairs, n = np.unique(np.stack([ranks, threads], axis=1), axis=0, return_counts=True)
+    p = pairs[np.lexsort((pairs[:, 1], -n, pairs[:, 0]))]
+    first = np.ones(len(p), bool)
+    first[1:] = p[1:, 0] != p[:-1, 0]
+    return dict(zip(p[first, 0].tolist(), p[first, 1].tolist()))
+
+
+def _lookup(ranks: np.ndarray, table: dict[int, int]) -> np.ndarray:
+    """``table[rank]`` per rank, I64_MIN where absent, as ``pd.Series(ranks).map(table)
+    .fillna(I64_MIN).to_numpy(np.int64)`` (which goes through float64 when any rank is absent)."""
+    keys = np.array(list(table), np.int64)
+    vals = np.array(list(table.values()), np.int64)
+    o = np.argsort(keys)
+    keys, vals = keys[o], vals[o]
+    pos = np.minimum(np.searchsorted(keys, ranks), len(keys) - 1)
+    hit = keys[pos] == ranks
+    if hit.all():
+        return vals[pos]
+    return np.where(hit, vals[pos].astype(np.float64), float(I64_MIN)).astype(np.int64)
 
 
 def launch_edges(g: GpuOps, x: HostOps, gpu_base: int, edges: Edges) -> GpuOps:
@@ -110,7 +126,7 @@ def launch_edges(g: GpuOps, x: HostOps, gpu_base: int, edges: Edges) -> GpuOps:
         if main_thread and len(rt_ops):
             mi = np.flatnonzero(missing)
             q_thread = np.array([main_thread.get(int(r), I64_MIN) for r in g.rank[mi]], np.int64) if len(mi) < 64 else (
-                pd.Series(g.rank[mi]).map(main_thread).fillna(I64_MIN).to_numpy(np.int64)
+                _lookup(g.rank[mi], main_thread)
             )
             ik, qk = key_ids([x.rank[rt_ops], x.thread[rt_ops]], [g.rank[mi], q_thread])
             found = Ordered(ik, x.start[rt_ops]).last_before(qk, g.start[mi], inclusive=True)

@@ -13,7 +13,6 @@ replay then returns from the call when that op completes, whenever that is.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from fastrack.schema import OpKind
 from tracegen.deps.held import TIMESTAMP_TOL_NS, WAIT_GAP_MAX_NS
@@ -31,6 +30,8 @@ def _group_median(rank: np.ndarray, name: np.ndarray, dur: np.ndarray, names: np
     """Per call, the median ``dur`` of the calls of its (rank, name code), truncated to int (the
     mean of the two middle values for an even count, as pandas' groupby median)."""
     if (name < 0).any():  # a missing name: pandas' grouping (which leaves such calls out) decides
+        import pandas as pd
+
         return pd.Series(dur).groupby([rank, names]).transform("median").to_numpy(np.int64)
     o = np.lexsort((dur, name, rank))
     key = group_ids(rank, name)[o]

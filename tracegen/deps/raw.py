@@ -1,7 +1,9 @@
-"""Reading the raw-op frame of an importer: defaults, typed columns, validation, annotations.
+"""Reading the raw ops of an importer: defaults, typed columns, validation, annotations.
 
-The contract of the frame is in :mod:`tracegen.deps`. :func:`read_raw_ops` turns it into
-:class:`RawOps`, one numpy array per column, or raises :class:`TraceFormatError`.
+The contract is in :mod:`tracegen.deps`: a pandas DataFrame or a :class:`RawColumns` (plain numpy
+columns; the Kineto importer's, so that a Kineto convert never imports pandas). :func:`read_raw_ops`
+turns either into :class:`RawOps`, one numpy array per column, or raises :class:`TraceFormatError`.
+Only a DataFrame input, or an object column that must be read as numbers, imports pandas.
 """
 
 from __future__ import annotations
@@ -9,16 +11,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
-import pandas as pd
 
 from fastrack.errors import TraceFormatError
 from fastrack.markers import REQUEST_PREFIX, parse_request_marker
 from fastrack.schema import OpKind
 from fastrack.traceio import COLUMN_DEFAULTS
-from tracegen.deps.search import EMPTY
+from tracegen.deps.search import EMPTY, factorize
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HINT_COLUMNS: dict[str, Any] = {
     "sync_stream": -1,
@@ -33,15 +37,79 @@ SCOPE_CODES = {"": 0, "stream": 1, "event": 2, "device": 3}
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def int_col(raw: pd.DataFrame, name: str, path: str | None) -> np.ndarray:
+class RawColumns:
+    """Raw ops as plain columns: name -> numpy array (all of one length), in column order. Object
+    columns hold Python values, None or NaN where missing; numeric columns follow pandas' concat
+    dtypes (an int column some rows lack is float64 with NaN). ``frame()`` is the same as a
+    pandas DataFrame (imports pandas)."""
+
+    def __init__(self, columns: dict[str, np.ndarray], length: int):
+        self.columns = columns
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.columns
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        cols = [pd.Series(a, dtype=object, copy=False) if a.dtype == object else a for a in self.columns.values()]
+        # (column labels as plain objects: a pandas string index is Arrow-backed, and the first Arrow
+        # string array of a process costs ~15-30 ms)
+        frame = pd.DataFrame(dict(enumerate(cols)))
+        frame.columns = pd.Index(list(self.columns), dtype=object)
+        return frame
+
+
+RawInput = Union["pd.DataFrame", RawColumns]
+
+
+def as_frame(raw: RawInput) -> pd.DataFrame:
+    """``raw`` as a pandas DataFrame (imports pandas for a :class:`RawColumns`)."""
+    return raw.frame() if isinstance(raw, RawColumns) else raw
+
+
+def _isna(v: np.ndarray) -> np.ndarray:
+    """pandas' ``isna`` of a numpy column of :class:`RawColumns` (object: None or a float NaN)."""
+    if v.dtype == object:
+        return np.equal(v, None) | np.not_equal(v, v) if len(v) else np.zeros(0, bool)
+    if v.dtype.kind in "fc":
+        return np.isnan(v)
+    return np.zeros(len(v), bool)
+
+
+def _series(v: np.ndarray):
+    """An object column of :class:`RawColumns` as the pandas Series a DataFrame would hold."""
+    import pandas as pd
+
+    return pd.Series(v, dtype=object, copy=False)
+
+
+def int_col(raw: RawInput, name: str, path: str | None) -> np.ndarray:
     if name not in raw:
         return np.full(len(raw), RAW_DEFAULTS[name], np.int64)
     s = raw[name]
+    if isinstance(s, np.ndarray):
+        if s.dtype.kind in "iu":
+            return s.astype(np.int64, copy=False)
+        if s.dtype.kind not in "fb":
+            s = _series(s)
     if s.dtype.kind in "iu":
         return s.to_numpy(np.int64)
     try:
-        v = s.to_numpy(np.float64) if isinstance(s.dtype, np.dtype) and s.dtype.kind == "f" else (
-            pd.to_numeric(s, errors="raise").to_numpy(np.float64, na_value=np.nan))
+        if isinstance(s, np.ndarray):
+            v = s.astype(np.float64)
+        else:
+            import pandas as pd
+
+            v = s.to_numpy(np.float64) if isinstance(s.dtype, np.dtype) and s.dtype.kind == "f" else (
+                pd.to_numeric(s, errors="raise").to_numpy(np.float64, na_value=np.nan))
     except (ValueError, TypeError):
         raise TraceFormatError(f"raw column '{name}' is not numeric", path=path) from None
     if np.isnan(v).any():
@@ -49,14 +117,21 @@ def int_col(raw: pd.DataFrame, name: str, path: str | None) -> np.ndarray:
     return np.rint(v).astype(np.int64)
 
 
-def obj_col(raw: pd.DataFrame, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+def obj_col(raw: RawInput, name: str, rows: np.ndarray | None = None) -> np.ndarray:
     """Column ``name`` (of the ``rows`` given, else all) as an object array, missing values None."""
     n = len(raw) if rows is None else len(rows)
     if name not in raw:
         return np.full(n, RAW_DEFAULTS.get(name), dtype=object)
+    s = raw[name]
+    if isinstance(s, np.ndarray):
+        v = s.astype(object) if rows is None else s[rows].astype(object)
+        v[_isna(v)] = None
+        return v
     if rows is None:
-        return raw[name].to_numpy(dtype=object, na_value=None)
-    v = raw[name].to_numpy(dtype=object)[rows]
+        return s.to_numpy(dtype=object, na_value=None)
+    import pandas as pd
+
+    v = s.to_numpy(dtype=object)[rows]
     v[pd.isna(v)] = None
     return v
 
@@ -71,7 +146,7 @@ def map_unique(values: np.ndarray, func) -> np.ndarray:
     return mapped[codes]
 
 
-def label_col(raw: pd.DataFrame, name: str, enum_cls, rows: np.ndarray | None = None) -> np.ndarray:
+def label_col(raw: RawInput, name: str, enum_cls, rows: np.ndarray | None = None) -> np.ndarray:
     """copy_dir / host_mem given as labels or enum ints -> object array of label or None (of the
     ``rows`` given, else all)."""
     v = obj_col(raw, name, rows)
@@ -91,7 +166,7 @@ def label_col(raw: pd.DataFrame, name: str, enum_cls, rows: np.ndarray | None = 
 class RawOps:
     """The raw-op frame as typed arrays, one entry per raw row."""
 
-    frame: pd.DataFrame
+    frame: RawInput
     path: str | None
     kind: np.ndarray
     start: np.ndarray
@@ -137,43 +212,63 @@ class RawOps:
         return self.kind >= OpKind.KERNEL
 
 
-def _check_times(raw: pd.DataFrame, path: str | None) -> None:
+def _check_times(raw: RawInput, path: str | None) -> None:
     for c in ("start_ns", "dur_ns"):
         s = raw[c]
-        if s.dtype.kind not in "iu":
+        if s.dtype.kind in "iu":
+            continue
+        if isinstance(s, np.ndarray) and s.dtype.kind in "fb":
+            f = s.astype(np.float64)
+        else:
+            import pandas as pd
+
+            s = _series(s) if isinstance(s, np.ndarray) else s
             f = pd.to_numeric(s, errors="coerce").to_numpy(np.float64, na_value=np.nan)
-            bad = np.flatnonzero(~np.isfinite(f))
-            if bad.size:
-                i = int(bad[0])
-                raise TraceFormatError(
-                    f"field '{c}' of raw op {i} is not a finite number; "
-                    f"{bad.size} op(s) affected",
-                    path=path,
-                )
+        bad = np.flatnonzero(~np.isfinite(f))
+        if bad.size:
+            i = int(bad[0])
+            raise TraceFormatError(
+                f"field '{c}' of raw op {i} is not a finite number; "
+                f"{bad.size} op(s) affected",
+                path=path,
+            )
 
 
-def _scope_codes(raw: pd.DataFrame, path: str | None) -> np.ndarray:
+def _scope_codes(raw: RawInput, path: str | None) -> np.ndarray:
     if "sync_scope" not in raw:
         return np.zeros(len(raw), np.int64)
+    s = raw["sync_scope"]
+    values = s.astype(object) if isinstance(s, np.ndarray) else s.to_numpy(dtype=object, na_value=None)
     sc = map_unique(  # (missing values are factorized as missing: no need to make them None first)
-        raw["sync_scope"].to_numpy(dtype=object),
-        lambda x: SCOPE_CODES.get("" if x is None else str(x).strip().lower(), -1),
+        values, lambda x: SCOPE_CODES.get("" if x is None else str(x).strip().lower(), -1),
     ).astype(np.int64)
     if (sc < 0).any():
-        bad = raw["sync_scope"].iloc[int(np.flatnonzero(sc < 0)[0])]
+        i = int(np.flatnonzero(sc < 0)[0])
+        bad = s[i] if isinstance(s, np.ndarray) else s.iloc[i]
         raise TraceFormatError(f"unknown sync_scope {bad!r} in raw ops", path=path)
     return sc
 
 
-def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``pd.factorize`` of an object array: (code per value, -1 where missing; the distinct values
-    in order of first appearance). (Arrow's dictionary encoding is twice as fast once warm, but
-    its first use in a process costs more than it saves on a 70k-op trace.)"""
-    codes, uniq = pd.factorize(values, use_na_sentinel=True)
-    return codes.astype(np.int64, copy=False), np.asarray(uniq, dtype=object)
+def _names(raw: RawInput) -> np.ndarray:
+    """The name column as an object array (missing: None or NaN) for :func:`factorize`."""
+    s = raw["name"]
+    return s.astype(object, copy=False) if isinstance(s, np.ndarray) else s.to_numpy(dtype=object, na_value=None)
 
 
-def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
+def _blocking(raw: RawInput) -> np.ndarray:
+    if "blocking" not in raw:
+        return np.zeros(len(raw), bool)
+    s = raw["blocking"]
+    if not isinstance(s, np.ndarray):
+        return s.fillna(False).to_numpy(bool)
+    if s.dtype == bool:
+        return s.copy()
+    v = s.astype(object)
+    v[_isna(v)] = False
+    return v.astype(bool)
+
+
+def read_raw_ops(raw: RawInput, path: str | None) -> RawOps:
     """Typed, validated arrays of ``raw`` (errors name ``path``)."""
     if len(raw) == 0:
         raise TraceFormatError("empty trace: no operations", path=path)
@@ -196,7 +291,7 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
         )
     # names are factorized once, in row order (their objects lie in memory in that order; a pass
     # in any other order is bound by cache misses); later steps work on the codes
-    name_code, name_values = factorize(raw["name"].to_numpy(dtype=object))
+    name_code, name_values = factorize(_names(raw))
     ops = RawOps(
         frame=raw, path=path, kind=kind, start=start, dur=dur, end=start + dur,
         rank=int_col(raw, "rank", path),
@@ -211,7 +306,7 @@ def read_raw_ops(raw: pd.DataFrame, path: str | None) -> RawOps:
         record_stream=int_col(raw, "record_stream", path),
         wait_stream=int_col(raw, "wait_stream", path),
         scope=_scope_codes(raw, path),
-        blocking=raw["blocking"].fillna(False).to_numpy(bool) if "blocking" in raw else np.zeros(len(raw), bool),
+        blocking=_blocking(raw),
         marker=np.zeros(len(raw), bool),
     )
     cpu0 = np.flatnonzero((kind == OpKind.CPU) & (dur == 0))

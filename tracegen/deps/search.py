@@ -7,11 +7,41 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import pandas as pd
 
 EMPTY = np.zeros(0, np.int64)
 I64_MIN = np.iinfo(np.int64).min
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What ``pd.factorize(values)`` gives (codes int64, -1 where missing; the distinct values in
+    order of first appearance), in numpy. Integer/bool arrays: :func:`np.unique`, reordered by first
+    appearance. Object arrays: a dict over the values, missing = None or a float NaN (the only
+    missing values a raw-op input holds once read: :func:`tracegen.deps.raw.obj_col` turns pandas'
+    other ones into None); equal values of different types (1, 1.0, True) share a code, as in
+    pandas. Float arrays (NaN: missing) go through the object path."""
+    n = len(values)
+    if values.dtype.kind in "iub":
+        uniq, first, inv = np.unique(values, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        return rank[inv.reshape(-1)], uniq[order]
+    if values.dtype != object:
+        values = values.astype(object)
+    na = np.equal(values, None) | np.not_equal(values, values) if n else np.zeros(0, bool)
+    seen: dict[Any, int] = {}
+    if na.any():
+        codes = np.full(n, -1, np.int64)
+        keep = np.flatnonzero(~na)
+        codes[keep] = np.fromiter((seen.setdefault(v, len(seen)) for v in values[keep]), np.int64, len(keep))
+    else:
+        codes = np.fromiter((seen.setdefault(v, len(seen)) for v in values), np.int64, n)
+    uniq = np.empty(len(seen), object)
+    uniq[:] = list(seen)
+    return codes, uniq
 
 
 def group_ids(*cols: np.ndarray) -> np.ndarray:
@@ -20,16 +50,15 @@ def group_ids(*cols: np.ndarray) -> np.ndarray:
         return np.zeros(0, np.int64)
     ids = None
     for c in cols:
-        codes, uniq = pd.factorize(c)
-        codes = codes.astype(np.int64)
+        codes, uniq = factorize(c)
         if ids is None:
             ids = codes
         else:
             ids = ids * (len(uniq) + 1) + codes
             if ids.max() > 2**40:
-                ids = pd.factorize(ids)[0].astype(np.int64)
+                ids = factorize(ids)[0]
     if len(cols) > 1:
-        ids = pd.factorize(ids)[0].astype(np.int64)
+        ids = factorize(ids)[0]
     return ids
 
 

@@ -9,12 +9,13 @@ report before its SQLite export, a Parquet trace that is already converted).
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Callable, NamedTuple, Sequence
 
 from fastrack.errors import TraceFormatError
 from fastrack.sniff import PARQUET_NOT_PROFILER_HINT, PARQUET_TRACE_HINT, not_a_profiler_trace_hint
-from tracegen.importers import chakra, kineto, nsys, pytorch_et
+from tracegen.importers import chakra, kineto, pytorch_et
 from tracegen.importers.common import RawImport
 
 
@@ -23,11 +24,24 @@ class Importer(NamedTuple):
     read: Callable[[Sequence[str | os.PathLike]], RawImport]
 
 
+def _deferred(module: str) -> Importer:
+    """The importer of ``tracegen.importers.<module>``, imported on first use: the Nsight one needs
+    pandas, which a Kineto convert never loads (its ``sniff`` runs only after Kineto's declined)."""
+
+    def sniff(path: str | os.PathLike) -> bool:
+        return importlib.import_module(f"{__name__}.{module}").sniff(path)
+
+    def read(paths: Sequence[str | os.PathLike]) -> RawImport:
+        return importlib.import_module(f"{__name__}.{module}").read(paths)
+
+    return Importer(sniff, read)
+
+
 FORMATS: dict[str, Importer] = {
     "chakra": Importer(chakra.sniff, chakra.read),  # MLCommons Chakra ET protobuf (plain/gzip, or a directory of .et)
     "pytorch-et": Importer(pytorch_et.sniff, pytorch_et.read),  # PyTorch ET JSON + the Kineto trace of the same run
     "kineto": Importer(kineto.sniff, kineto.read),  # PyTorch profiler JSON (plain/gzip, or a directory)
-    "nsys": Importer(nsys.sniff, nsys.read),  # Nsight Systems SQLite export
+    "nsys": _deferred("nsys"),  # Nsight Systems SQLite export
 }
 
 

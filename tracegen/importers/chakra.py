@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
-import pandas as pd
 
 from fastrack.chakra import CollectiveCommType, Node, NodeType, looks_like_et, read_et
 from fastrack.errors import TraceFormatError
@@ -340,7 +339,9 @@ def read_with_ids(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> tup
         "emulated": bool(protocols - {"captured"}), "device_model": None,
         "trace_name": Path(files[0]).name if len(files) == 1 else Path(files[0]).parent.name,
     }
-    return RawImport(raw=pd.DataFrame(), metadata=metadata, num_events=num_nodes, files=files, table=table), node_ids
+    from tracegen.deps.raw import RawColumns
+
+    return RawImport(raw=RawColumns({}, 0), metadata=metadata, num_events=num_nodes, files=files, table=table), node_ids
 
 
 def _table(rows: list[dict[str, Any]], files: list[str]):

@@ -13,21 +13,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from fastrack.errors import TraceFormatError
 from fastrack.outputs import check_input_path
 
 from fastrack.sniff import GZIP_MAGIC, HEAD_BYTES, SQLITE_MAGIC  # the magic numbers live in one place
 
+if TYPE_CHECKING:
+    from tracegen.deps.raw import RawInput
+
 
 @dataclass
 class RawImport:
     """What an importer's ``read`` returns."""
 
-    raw: pd.DataFrame  # raw ops (tracegen.deps contract)
+    raw: RawInput  # raw ops (tracegen.deps contract: a pandas DataFrame or a RawColumns)
     metadata: dict[str, Any]  # whitelisted metadata
     num_events: int  # records read from the input(s)
     files: list[str]  # the files read (a directory expanded)

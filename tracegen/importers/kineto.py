@@ -1,9 +1,10 @@
 """Import PyTorch profiler (Kineto) Chrome-trace JSON files.
 
-``read(paths)`` returns a :class:`~tracegen.importers.common.RawImport`: a raw-op frame following
-the contract of :mod:`tracegen.deps` and whitelisted metadata; ``sniff(path)`` tells a Kineto input
+``read(paths)`` returns a :class:`~tracegen.importers.common.RawImport`: raw ops following the
+contract of :mod:`tracegen.deps` (a :class:`~tracegen.deps.raw.RawColumns` of numpy columns: a
+Kineto convert never imports pandas) and whitelisted metadata; ``sniff(path)`` tells a Kineto input
 (both are the Kineto entry of :data:`tracegen.importers.FORMATS`). ``read_kineto(paths)`` returns
-``(raw, metadata)``; ``import_kineto(paths)`` also runs :func:`tracegen.deps.derive_dependencies`
+``(raw as a pandas DataFrame, metadata)``; ``import_kineto(paths)`` also runs :func:`tracegen.deps.derive_dependencies`
 and returns ``(table, metadata)``.
 
 Reading: plain or gzip JSON (gzip detected by its magic bytes, not by the file name). A document
@@ -54,20 +55,23 @@ from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import ijson
 import numpy as np
-import pandas as pd
 
 from fastrack.errors import TraceFormatError
 from fastrack.markers import REQUEST_PREFIX, parse_request_marker
 from fastrack.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
+from tracegen.deps.raw import RawColumns, as_frame
 from tracegen.importers import kinetoscan
 from tracegen.importers.jsondepth import MAX_NUMBER_CHARS, DepthGuard
 from tracegen.importers.jsonwhole import WHOLE_FILE_MAX_BYTES, WholeDoc, read_whole
 from tracegen.importers.common import GZIP_MAGIC, SQLITE_MAGIC, RawImport, read_head
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 try:  # the C backend is ~10x faster than the pure-Python one; ijson picks it by default
     _backend = ijson.get_backend("yajl2_c")
@@ -681,16 +685,16 @@ def _only_x(ph: tuple) -> np.ndarray | None:
     return None if ph.count("X") == len(ph) else np.array([p == "X" for p in ph], bool)
 
 
-def _frame_of(parts: list[dict[str, np.ndarray]], rank: int) -> pd.DataFrame:
-    """One frame of the parts (column arrays of equal length each), exactly as ``pd.concat`` of
-    their frames would make it (``ignore_index``, ``sort=False``): columns in order of first
-    appearance; a column some part lacks is filled with NaN (int64 -> float64, bool -> object)."""
+def _concat_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The parts (column arrays of equal length each) as one set of columns, exactly as
+    ``pd.concat`` of their frames would make it (``ignore_index``, ``sort=False``): columns in order
+    of first appearance; a column some part lacks is filled with NaN (int64 -> float64, bool -> object)."""
     lens = [len(next(iter(p.values()))) for p in parts]
     n = sum(lens)
     names: list[str] = []
     for p in parts:
         names += [c for c in p if c not in names]
-    cols: dict[str, Any] = {}
+    cols: dict[str, np.ndarray] = {}
     for c in names:
         have = [p.get(c) for p in parts]
         if all(a is not None for a in have):
@@ -703,16 +707,19 @@ def _frame_of(parts: list[dict[str, np.ndarray]], rank: int) -> pd.DataFrame:
                 if a is not None:
                     out[at:at + k] = a.tolist() if kind == "b" else a
                 at += k
-        cols[c] = pd.Series(out, dtype=object, copy=False) if out.dtype == object else out
+        cols[c] = out
+    return cols
+
+
+def _frame_of(parts: list[dict[str, np.ndarray]], rank: int) -> RawColumns:
+    """The raw ops of one file: the parts' columns (:func:`_concat_columns`) and the rank."""
+    cols = _concat_columns(parts)
+    n = sum(len(next(iter(p.values()))) for p in parts)
     cols["rank"] = np.full(n, rank, np.int64)
-    # (column labels as plain objects: a pandas string index is Arrow-backed, and the first Arrow
-    # string array of a process costs ~15-30 ms)
-    frame = pd.DataFrame(dict(enumerate(cols.values())))
-    frame.columns = pd.Index(list(cols), dtype=object)
-    return frame
+    return RawColumns(cols, n)
 
 
-def _frame(fd: _FileData) -> pd.DataFrame:
+def _frame(fd: _FileData) -> RawColumns:
     """The raw-op frame of one file (:mod:`tracegen.deps` contract): columns built with numpy
     from the row lists, per-name work once per distinct name, one frame at the end."""
     path = fd.path
@@ -960,7 +967,7 @@ def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
         paths = [paths]
     files = expand_inputs(paths)
     datas: list[_FileData] = []
-    frames: list[pd.DataFrame] = []
+    frames: list[RawColumns] = []
     by_rank: dict[int, str] = {}
     for p in files:
         with no_gc():
@@ -981,16 +988,17 @@ def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
     if len(sizes) > 1:
         desc = ", ".join(f"{Path(fd.path).name} (world size {fd.world_size})" for fd in datas if fd.world_size is not None)
         raise TraceFormatError(f"files come from jobs of different world sizes: {desc}")
-    raw = pd.concat(frames, ignore_index=True, sort=False)
+    raw = frames[0] if len(frames) == 1 else RawColumns(_concat_columns([f.columns for f in frames]),
+                                                        sum(len(f) for f in frames))
     meta = _metadata(datas, raw, sizes)
     return RawImport(raw=raw, metadata=meta, num_events=sum(fd.num_events for fd in datas), files=files)
 
 
-def _metadata(datas: list[_FileData], raw: pd.DataFrame, sizes: set[int]) -> dict[str, Any]:
+def _metadata(datas: list[_FileData], raw: RawColumns, sizes: set[int]) -> dict[str, Any]:
     models: list[str] = []
     versions: dict[str, str] = {}
-    rank, gpu = raw["rank"].to_numpy(), raw["kind"].to_numpy() >= int(OpKind.KERNEL)
-    device = raw["device"].to_numpy() if "device" in raw else None
+    rank, gpu = raw["rank"], raw["kind"] >= int(OpKind.KERNEL)
+    device = raw["device"] if "device" in raw else None
     for fd in datas:
         head = fd.head
         props = head.get("deviceProperties")
@@ -1028,9 +1036,9 @@ def _metadata(datas: list[_FileData], raw: pd.DataFrame, sizes: set[int]) -> dic
 
 
 def read_kineto(paths) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``(raw ops, metadata)`` of Kineto trace file(s); see :mod:`tracegen.deps`."""
+    """``(raw ops as a pandas DataFrame, metadata)`` of Kineto trace file(s); see :mod:`tracegen.deps`."""
     imp = read(paths)
-    return imp.raw, imp.metadata
+    return as_frame(imp.raw), imp.metadata
 
 
 def import_kineto(paths) -> tuple[Any, dict[str, Any]]:

@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import pandas as pd
-
 from fastrack.chakra import read_bytes
 from fastrack.errors import TraceFormatError
 from fastrack.schema import OpKind
+from tracegen.deps.raw import as_frame
 from tracegen.importers import kineto
 from tracegen.importers.common import RawImport, read_head_plain
 
@@ -358,7 +357,7 @@ def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
     datas = []
     for et, k in pairs:
         imp = kineto.read([k.path])
-        raw = imp.raw
+        raw = as_frame(imp.raw)  # edited below (.loc): a pandas frame
         linked = link(et, k)
         kernels = set(raw.loc[raw["kind"] == int(OpKind.COLLECTIVE), "correlation"].astype(int).tolist())
         colls = collective_links(et, k, linked, kernels)
@@ -370,6 +369,8 @@ def read(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RawImport:
     ranks = [int(f["rank"].iloc[0]) for f in frames]
     if len(set(ranks)) != len(ranks):
         raise TraceFormatError("two Kineto traces claim the same rank")
+    import pandas as pd  # (this format's frames are pandas ones; imported here so that a Kineto convert does not)
+
     complete = True
     for raw, colls in infos:
         coll = (raw["kind"] == int(OpKind.COLLECTIVE)).to_numpy()
