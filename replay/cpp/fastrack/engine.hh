@@ -130,60 +130,12 @@ class Groups {
     std::vector<I> rep_, ptr_, idx_;
 };
 
-// Binary min-heap on (key, index); the same structure as the numba engine's.
-template <typename I>
-class KeyHeap {
+// Binary min-heap of (key, index) entries, ordered by ``Before`` (the same structure as the
+// numba engine's heaps): KeyHeap and EventHeap differ only in how entries compare.
+template <typename I, typename Before>
+class IndexHeap {
   public:
-    bool empty() const { return hk_.empty(); }
-    void push(std::int64_t key, std::int64_t idx) {
-        std::size_t pos = hk_.size();
-        hk_.push_back(key);
-        hi_.push_back(static_cast<I>(idx));
-        while (pos > 0) {
-            std::size_t parent = (pos - 1) >> 1;
-            if (less(parent, pos)) break;
-            swap(parent, pos);
-            pos = parent;
-        }
-    }
-    std::int64_t pop() {
-        const std::int64_t idx = hi_[0];
-        hk_[0] = hk_.back();
-        hi_[0] = hi_.back();
-        hk_.pop_back();
-        hi_.pop_back();
-        std::size_t size = hk_.size(), pos = 0;
-        while (true) {
-            std::size_t left = 2 * pos + 1;
-            if (left >= size) break;
-            std::size_t best = left, right = left + 1;
-            if (right < size && less(right, left)) best = right;
-            if (less(pos, best)) break;
-            swap(pos, best);
-            pos = best;
-        }
-        return idx;
-    }
-
-  private:
-    bool less(std::size_t a, std::size_t b) const {
-        return hk_[a] < hk_[b] || (hk_[a] == hk_[b] && hi_[a] < hi_[b]);
-    }
-    void swap(std::size_t a, std::size_t b) {
-        std::swap(hk_[a], hk_[b]);
-        std::swap(hi_[a], hi_[b]);
-    }
-    std::vector<std::int64_t> hk_;
-    std::vector<I> hi_;
-};
-
-// Binary min-heap on (time, order key, index), the same structure as the numba engine's _ev_*:
-// entries are (time, index); an index >= n is a pool-server return (of holder index - n), which
-// goes before every node at the same time; nodes tie on their order key, then their index.
-template <typename I>
-class EventHeap {
-  public:
-    EventHeap(Span<const std::int64_t> okey, std::int64_t n) : okey_(okey), n_(n) {}
+    explicit IndexHeap(Before before = Before()) : before_(before) {}
     bool empty() const { return hk_.empty(); }
     void push(std::int64_t key, std::int64_t idx) {
         std::size_t pos = hk_.size();
@@ -214,25 +166,49 @@ class EventHeap {
             pos = best;
         }
     }
+    std::int64_t pop() {  // the index of the first entry
+        std::int64_t key, idx;
+        pop(key, idx);
+        return idx;
+    }
 
   private:
-    bool less(std::size_t a, std::size_t b) const {
-        if (hk_[a] != hk_[b]) return hk_[a] < hk_[b];
-        const std::int64_t ia = hi_[a], ib = hi_[b];
-        if (ia >= n_ || ib >= n_) return (ia >= n_ && ib >= n_) ? ia < ib : ia >= n_;
-        const std::int64_t oa = okey_[ia], ob = okey_[ib];
-        if (oa != ob) return oa < ob;
-        return ia < ib;
-    }
+    bool less(std::size_t a, std::size_t b) const { return before_(hk_[a], hi_[a], hk_[b], hi_[b]); }
     void swap(std::size_t a, std::size_t b) {
         std::swap(hk_[a], hk_[b]);
         std::swap(hi_[a], hi_[b]);
     }
-    Span<const std::int64_t> okey_;
-    std::int64_t n_;
+    Before before_;
     std::vector<std::int64_t> hk_;
     std::vector<I> hi_;
 };
+
+// (key, index): by key, then index.
+struct KeyThenIndex {
+    bool operator()(std::int64_t ka, std::int64_t ia, std::int64_t kb, std::int64_t ib) const {
+        return ka < kb || (ka == kb && ia < ib);
+    }
+};
+
+template <typename I>
+using KeyHeap = IndexHeap<I, KeyThenIndex>;
+
+// (time, index): an index >= n is a pool-server return (of holder index - n), which goes before
+// every node at the same time; nodes tie on their order key, then their index.
+struct EventOrder {
+    Span<const std::int64_t> okey;
+    std::int64_t n;
+    bool operator()(std::int64_t ka, std::int64_t ia, std::int64_t kb, std::int64_t ib) const {
+        if (ka != kb) return ka < kb;
+        if (ia >= n || ib >= n) return (ia >= n && ib >= n) ? ia < ib : ia >= n;
+        const std::int64_t oa = okey[ia], ob = okey[ib];
+        if (oa != ob) return oa < ob;
+        return ia < ib;
+    }
+};
+
+template <typename I>
+using EventHeap = IndexHeap<I, EventOrder>;
 
 // What the issue order leaves to the pass: the successors of every node by source, as their
 // groups' representatives (CSR), and, per in-order lane, the node that follows each one
@@ -323,7 +299,7 @@ template <typename I>
 class Pass {
   public:
     Pass(const GraphView &g, const Groups<I> &gr, Topology<I> &&topo, const ScheduleOut &s)
-        : g_(g), gr_(gr), s_(s), n_(g.n()), L_(g.numLanes()), heap_(g.order, static_cast<std::int64_t>(g.n())),
+        : g_(g), gr_(gr), s_(s), n_(g.n()), L_(g.numLanes()), heap_(EventOrder{g.order, static_cast<std::int64_t>(g.n())}),
           optr_(std::move(topo.optr)), odst_(std::move(topo.odst)), pending_(std::move(topo.pending)),
           lane_next_(std::move(topo.lane_next)) {
         srv_ptr_.assign(L_ + 1, 0);
