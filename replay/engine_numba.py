@@ -25,47 +25,11 @@ _STREAM = int(DepKind.STREAM)
 
 
 @njit(cache=True)
-def _heap_push(hk, hi, size, key, idx):
-    pos = size
-    hk[pos] = key
-    hi[pos] = idx
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if hk[parent] < hk[pos] or (hk[parent] == hk[pos] and hi[parent] < hi[pos]):
-            break
-        hk[parent], hk[pos] = hk[pos], hk[parent]
-        hi[parent], hi[pos] = hi[pos], hi[parent]
-        pos = parent
-    return size + 1
-
-
-@njit(cache=True)
-def _heap_pop(hk, hi, size):
-    idx = hi[0]
-    size -= 1
-    hk[0] = hk[size]
-    hi[0] = hi[size]
-    pos = 0
-    while True:
-        left = 2 * pos + 1
-        if left >= size:
-            break
-        best = left
-        right = left + 1
-        if right < size and (hk[right] < hk[left] or (hk[right] == hk[left] and hi[right] < hi[left])):
-            best = right
-        if hk[pos] < hk[best] or (hk[pos] == hk[best] and hi[pos] < hi[best]):
-            break
-        hk[pos], hk[best] = hk[best], hk[pos]
-        hi[pos], hi[best] = hi[best], hi[pos]
-        pos = best
-    return idx, size
-
-
-@njit(cache=True)
 def _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, key):
     """Kahn's algorithm over super-nodes (barrier groups contracted to their representative).
-    Returns (order of nodes, number of nodes placed)."""
+    Returns (order of nodes, number of nodes placed). The heap is the pass's event heap with the
+    keys as their own order keys: entries tie on the key, then the index (indices < n: no server
+    returns)."""
     indeg = np.zeros(n, np.int64)
     for e in range(out_dst.shape[0]):
         indeg[rep[out_dst[e]]] += 1
@@ -74,11 +38,11 @@ def _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, key):
     size = 0
     for i in range(n):
         if rep[i] == i and indeg[i] == 0:
-            size = _heap_push(hk, hi, size, key[i], i)
+            size = _ev_push(hk, hi, key, n, size, key[i], i)
     order = np.empty(n, np.int64)
     placed = 0
     while size > 0:
-        r, size = _heap_pop(hk, hi, size)
+        _, r, size = _ev_pop(hk, hi, key, n, size)
         for m in range(mem_ptr[r], mem_ptr[r + 1]):
             node = mem_idx[m]
             order[placed] = node
@@ -87,7 +51,7 @@ def _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, key):
                 t = rep[out_dst[e]]
                 indeg[t] -= 1
                 if indeg[t] == 0:
-                    size = _heap_push(hk, hi, size, key[t], t)
+                    size = _ev_push(hk, hi, key, n, size, key[t], t)
     return order, placed
 
 
