@@ -8,7 +8,7 @@
    unless it is already there (the same file ``bench_replay.py`` uses).
 2. Builds ``fastrack_replay`` with the Makefile into ``benchmarks/out/cpp-build``.
 3. Per protocol: replays the trace in Python (``replay_trace``: read, build, transform, schedule,
-   summarise), times the engine alone (``replay.engine.schedule`` on the transformed graph,
+   summarise), times the engine alone (``replay.pipeline.engine.schedule`` on the transformed graph,
    numba warm, best of 3), exports it (``write_export``), then runs the C++ driver on the export
    (best of 3: process wall time, and its own read and schedule times) and checks that both give
    the same makespan and per-lane busy time.
@@ -75,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gem5", help="gem5.opt built with EXTRAS=models/h100/gem5 (optional)")
     args = ap.parse_args(argv)
 
-    from replay.engine import schedule
-    from replay.export import write_export
-    from replay.plugins import load_exporter
-    from replay.run import replay_trace
+    from replay.pipeline.engine import schedule
+    from replay.frontend.export import write_export
+    from replay.exporters.exporter import load_exporter
+    from replay.pipeline.run import replay_trace
 
     trace = ensure_trace(args.ops, args.seed)
     driver = build_driver()
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
     print("\npy replay = replay_trace end to end (read, build, transform, schedule, summarise); py engine = "
-          "replay.engine.schedule alone (numba, warm, best of 3); C++ wall = fastrack_replay process "
+          "replay.pipeline.engine.schedule alone (numba, warm, best of 3); C++ wall = fastrack_replay process "
           "(read graph.bin, validate, schedule, summarise, JSON), best of 3.")
     return 1 if failed else 0
 

@@ -11,7 +11,7 @@ What it measures (issue 16, "Speed"):
    ``benchmarks/out/`` (gitignored) unless the file is already there.
 2. The floor: a bare read, ``python -c "import pyarrow.parquet as pq; pq.read_table(TRACE)"``, as a
    whole process (interpreter start and imports included), best of ``--repeat``.
-3. For each protocol, ``python -m replay.cli --protocol P TRACE --json`` as a whole process (start,
+3. For each protocol, ``python -m replay.frontend.cli --protocol P TRACE --json`` as a whole process (start,
    imports, read, graph, transform, schedule, JSON out), best of ``--repeat``.
 4. Every figure is the **CPU time** (user + system) and the **peak RSS** of that one child process
    (``os.wait4``'s resource usage: exact per child, not a maximum over all children), so other
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([f"{ops:,}", "read", f"{read['cpu']:.2f}", f"{read['wall']:.2f}", "1.0x", "-",
                      f"{read['peak'] / 2**20:.0f}", "-", ""])
         for proto in protocols:
-            r = best_of([sys.executable, "-m", "replay.cli", "--protocol", proto, str(path), "--json"], args.repeat,
+            r = best_of([sys.executable, "-m", "replay.frontend.cli", "--protocol", proto, str(path), "--json"], args.repeat,
                         args.timeout)
             if r["rc"] != 0:
                 why = r.get("why") or f"exit {r['rc']}: {_last_line(r['err'])}"

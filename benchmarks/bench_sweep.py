@@ -7,7 +7,7 @@
    ``tracegen synth random --ops 20000 --seed 0`` trace generated into ``benchmarks/out/``.
 2. A study of about ``--points`` points: the traces x protocols none, baseline, fastrack x a
    square grid of PCIe bandwidth (H2D and D2H linked) x CPU AES-GCM throughput per core.
-3. Runs it with ``replay.study.sweep.run_sweep`` on the local process pool (``--jobs``, default
+3. Runs it with ``replay.frontend.study.sweep.run_sweep`` on the local process pool (``--jobs``, default
    ``os.cpu_count()``) into a fresh ``benchmarks/out/bench_sweep.parquet`` and reports wall time,
    points/s, and core utilisation = CPU time of the workers (``getrusage(RUSAGE_CHILDREN)`` after
    the pool is shut down) / (wall time x workers), worker CPU time per point, and the load average
@@ -71,8 +71,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from replay.study.spec import StudySpec
-    from replay.study.sweep import run_sweep
+    from replay.frontend.study.spec import StudySpec
+    from replay.frontend.study.sweep import run_sweep
 
     traces = _traces(args.traces)
     side = max(1, math.ceil(math.sqrt(args.points / (len(traces) * len(PROTOCOLS)))))

@@ -28,9 +28,9 @@ ROOT = HERE.parent
 CHILD = r"""
 import json, sys, time, tracemalloc
 import numpy as np
-from replay.engine import is_acyclic
+from replay.pipeline.engine import is_acyclic
 from replay.plugins import load_model, load_protocol
-from replay.run import load_graph
+from replay.pipeline.run import load_graph
 from tests.graphs import graph as hand_graph
 
 g0 = hand_graph([1, 2], [(0, 1, 0, 0)], lanes=[0, 0])

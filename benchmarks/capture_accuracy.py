@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fastrack.docsection import replace_section  # noqa: E402
-from fastrack.errors import FastrackError  # noqa: E402
+from fastrack_core.docsection import replace_section  # noqa: E402
+from fastrack_core.errors import FastrackError  # noqa: E402
 from tracegen.emulation.costmodel import H100_SXM, GpuSpec, kernel_family  # noqa: E402
 
 DOC = ROOT / "docs" / "capture.md"

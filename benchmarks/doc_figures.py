@@ -34,7 +34,7 @@ RUNS = [
 def main() -> None:
     import os
 
-    from replay.cli import main as replay_main
+    from replay.frontend.cli import main as replay_main
 
     os.chdir(ROOT)
     for args in RUNS:

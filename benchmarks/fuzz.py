@@ -567,7 +567,7 @@ def child(case: Case, d: Path, mem_mb: int) -> None:
         sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)
         sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), write_through=True)
         if case.tool == "replay":
-            from replay.cli import main
+            from replay.frontend.cli import main
         else:
             from tracegen.cli import main
         try:
@@ -683,7 +683,7 @@ def run_cases(indices, seed: int, corpus: Corpus, jobs: int, mem_mb: int, timeou
 
 
 RERUN_SNIPPET = ("import sys\n"
-                 "if sys.argv[1] == 'replay':\n    from replay.cli import main\n"
+                 "if sys.argv[1] == 'replay':\n    from replay.frontend.cli import main\n"
                  "else:\n    from tracegen.cli import main\n"
                  "main(args=sys.argv[2:], prog_name=sys.argv[1])\n")
 
@@ -738,7 +738,7 @@ def _finish(case, d, rc, usage, seconds, before, mem_mb, timeout_s, save):
 
 def warm_up(corpus: Corpus, base: Path) -> None:
     """Compile the replay engine once here, so forked children inherit it."""
-    from replay.run import replay_trace
+    from replay.pipeline.run import replay_trace
 
     p = base / "warm.parquet"
     p.write_bytes(corpus.traces[2][1])

@@ -20,11 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fastrack.docsection import replace_section  # noqa: E402
-from fastrack.errors import FastrackError  # noqa: E402
+from fastrack_core.docsection import replace_section  # noqa: E402
+from fastrack_core.errors import FastrackError  # noqa: E402
 from fastrack_h100 import H100Model  # noqa: E402
-from replay.dataparallel import data_parallel  # noqa: E402
-from replay.run import load_graph, replay_graph  # noqa: E402
+from replay.whatif.dataparallel import data_parallel  # noqa: E402
+from replay.pipeline.run import load_graph, replay_graph  # noqa: E402
 
 DOC = ROOT / "docs" / "multi-gpu.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"

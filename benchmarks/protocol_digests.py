@@ -102,7 +102,7 @@ def _protocols(graph) -> list[str]:
 
 def digests() -> dict[str, dict[str, str]]:
     from replay.plugins import load_model, load_protocol
-    from replay.run import load_graph, replay_graph
+    from replay.pipeline.run import load_graph, replay_graph
 
     out = {}
     graphs = {}

@@ -3,7 +3,7 @@
 
     python benchmarks/stage_peaks.py TRACE [--protocol baseline] [replay options...]
 
-Runs ``replay --protocol P TRACE --json`` in this process, with the stages of :mod:`replay.run`
+Runs ``replay --protocol P TRACE --json`` in this process, with the stages of :mod:`replay.pipeline.run`
 (``load_graph``, ``prepare``, ``schedule``, ``summarize``) wrapped: before each, the kernel's
 high-water mark of resident memory is reset (``/proc/self/clear_refs``, value 5), and after it the
 mark (``VmHWM``) is read, so each line gives the exact peak of that stage, not a sample. A
@@ -51,13 +51,13 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
-    import replay.cli
-    import replay.run
+    import replay.frontend.cli
+    import replay.pipeline.run
 
     for name in STAGES:
-        setattr(replay.run, name, _measured(name, getattr(replay.run, name)))
+        setattr(replay.pipeline.run, name, _measured(name, getattr(replay.pipeline.run, name)))
     try:
-        replay.cli.main(["--protocol", "baseline", *argv] if "--protocol" not in argv else argv)
+        replay.frontend.cli.main(["--protocol", "baseline", *argv] if "--protocol" not in argv else argv)
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0

@@ -41,7 +41,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--executor", default="local")
     args = ap.parse_args()
-    from replay.cli import main as replay_main
+    from replay.frontend.cli import main as replay_main
     from replay.names import NONE
     from tracegen.cli import main as tracegen_main
 

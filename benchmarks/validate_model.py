@@ -24,11 +24,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from fastrack.docsection import between, check_section, replace_section
-from fastrack.errors import FastrackError
-from fastrack.traceio import Trace, read_trace
-from replay.build import build_graph
-from replay.run import replay_graph
+from fastrack_core.docsection import between, check_section, replace_section
+from fastrack_core.errors import FastrackError
+from fastrack_core.traceio import Trace, read_trace
+from replay.pipeline.build import build_graph
+from replay.pipeline.run import replay_graph
 from tracegen.synth import memcpy_table
 
 ROOT = Path(__file__).resolve().parent.parent

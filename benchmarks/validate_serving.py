@@ -31,8 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fastrack.docsection import between, check_section, replace_section
-from fastrack.errors import FastrackError
+from fastrack_core.docsection import between, check_section, replace_section
+from fastrack_core.errors import FastrackError
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- validate_serving:begin -->", "<!-- validate_serving:end -->"
@@ -115,7 +115,7 @@ def capture_all(work: Path, w: dict, jobs: int) -> None:
 def host_waits(graph, sched) -> dict[str, int]:
     """ns the host threads sat blocked (idle between one node's finish and the next one's start
     on the same thread), summed by the mechanism of the node the thread was waiting to run: the
-    kind, suffixed ``h2d``/``d2h`` for a node of a host<->GPU copy (replay/serving.py's labels).
+    kind, suffixed ``h2d``/``d2h`` for a node of a host<->GPU copy (replay/pipeline/serving.py's labels).
     The TPOT breakdown walks the critical path, where such a wait shows as the GPU work waited
     for (``kernel``); this says which call the host was stuck in."""
     import numpy as np
@@ -137,10 +137,10 @@ def host_waits(graph, sched) -> dict[str, int]:
 
 
 def replay(path: Path, protocols: list[str], overrides=(), waits: bool = False) -> dict[str, dict]:
-    """Serving metrics (replay.serving) of one trace under each protocol (``waits``: and the
+    """Serving metrics (replay.pipeline.serving) of one trace under each protocol (``waits``: and the
     host's blocked time by mechanism, ``host_waits``)."""
-    from replay.run import load_graph, replay_graph
-    from replay.serving import serving_metrics
+    from replay.pipeline.run import load_graph, replay_graph
+    from replay.pipeline.serving import serving_metrics
 
     graph, tr = load_graph(path)
     out = {}
@@ -205,7 +205,7 @@ def _top(delta: dict[str, float], n: int = 6) -> str:
 
 
 def vllm(out: _Out, work: Path, w: dict, sglang_results: dict) -> None:
-    from replay.serving import overhead
+    from replay.pipeline.serving import overhead
 
     c = w["mech_concurrency"]
     out("### 2. The decode mechanisms of vLLM PR #52226 [S32]")

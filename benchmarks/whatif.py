@@ -44,8 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from regen_traces import documented_commands  # noqa: E402  (the one place the example commands live)
-from fastrack.docsection import between, replace_section  # noqa: E402
-from fastrack.errors import FastrackError  # noqa: E402
+from fastrack_core.docsection import between, replace_section  # noqa: E402
+from fastrack_core.errors import FastrackError  # noqa: E402
 
 BEGIN, END = "<!-- whatif:begin -->", "<!-- whatif:end -->"
 TARGET = 0.03  # the accuracy the what-if predictions aim for (relative makespan error)
@@ -106,7 +106,7 @@ def capture(args: list[str], out: Path, extra: tuple[str, ...] = ()) -> Path:
 
 def makespan(trace: Path, scale: str | None = None) -> int:
     """``makespan_ns`` of ``replay --protocol captured TRACE [--scale S] --json``."""
-    cmd = [sys.executable, "-m", "replay.cli", "--protocol", "captured", str(trace), "--no-reference", "--json"]
+    cmd = [sys.executable, "-m", "replay.frontend.cli", "--protocol", "captured", str(trace), "--no-reference", "--json"]
     if scale:
         cmd += ["--scale", scale]
     r = run(cmd)
@@ -127,7 +127,7 @@ def span(trace: Path) -> int:
 
 
 def replay_has_scale() -> bool:
-    r = run([sys.executable, "-m", "replay.cli", "run", "--help"])
+    r = run([sys.executable, "-m", "replay.frontend.cli", "run", "--help"])
     return r.returncode == 0 and "--scale" in r.stdout
 
 

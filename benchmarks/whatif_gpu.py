@@ -178,7 +178,7 @@ def convert(trace_json: Path, out: Path) -> Path:
 
 def step_makespan(trace: Path) -> int:
     """Median per-step makespan (ns) of ``replay --protocol captured``."""
-    r = subprocess.run([sys.executable, "-m", "replay.cli", "--protocol", "captured", str(trace), "--no-reference",
+    r = subprocess.run([sys.executable, "-m", "replay.frontend.cli", "--protocol", "captured", str(trace), "--no-reference",
                         "--json"], cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"whatif_gpu: replay failed on {trace.name}: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -192,7 +192,7 @@ def launch_rows(table):
     back to the runtime calls named like a launch when the trace has no LAUNCH deps."""
     import numpy as np
 
-    from fastrack.schema import DepKind
+    from fastrack_core.schema import DepKind
 
     n = table.num_rows
     ids = table.column("op_id").to_numpy()
@@ -215,7 +215,7 @@ def add_launch_delay(src: Path, dst: Path, delay_ns: int) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from fastrack.traceio import read_trace, write_trace
+    from fastrack_core.traceio import read_trace, write_trace
 
     t = read_trace(src)
     table = t.table
@@ -230,7 +230,7 @@ def add_launch_delay(src: Path, dst: Path, delay_ns: int) -> int:
 def launches_per_step(trace: Path) -> float:
     import numpy as np
 
-    from fastrack.traceio import read_trace
+    from fastrack_core.traceio import read_trace
 
     table = read_trace(trace).table
     mask = launch_rows(table)

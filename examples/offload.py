@@ -68,7 +68,7 @@ def weight_shapes(c: OptConfig) -> dict[str, tuple[int, int]]:
 
 
 def mark(event: str, rid: int) -> None:
-    """A request marker (fastrack/markers.py names): the host is at this moment now."""
+    """A request marker (fastrack_core/markers.py names): the host is at this moment now."""
     with torch.profiler.record_function(f"request:{event}:{rid}"):
         pass
 

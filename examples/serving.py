@@ -219,7 +219,7 @@ class Batch:
 
 
 def mark(event: str, rid: int) -> None:
-    """A request marker (fastrack/markers.py names): the host is at this moment now."""
+    """A request marker (fastrack_core/markers.py names): the host is at this moment now."""
     with torch.profiler.record_function(f"request:{event}:{rid}"):
         pass
 

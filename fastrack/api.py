@@ -10,8 +10,8 @@ use by :func:`fastrack.__getattr__`.
   :func:`sensitivity` (a DataFrame);
 * what is installed: :func:`protocols`, :func:`presets`, :func:`params`.
 
-Every number comes from the same library calls the command lines use (``replay.run``,
-``replay.study``, ``tracegen.convert``, ``tracegen.capture``), so a notebook and ``replay compare``
+Every number comes from the same library calls the command lines use (``replay.pipeline.run``,
+``replay.frontend.study``, ``tracegen.convert``, ``tracegen.capture``), so a notebook and ``replay compare``
 agree to the nanosecond.
 """
 
@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from fastrack.errors import CaptureError, ConfigError
-from fastrack.traceio import Trace, read_trace
+from fastrack_core.errors import CaptureError, ConfigError
+from fastrack_core.traceio import Trace, read_trace
 
 __all__ = ["Comparison", "Result", "Sweep", "capture", "compare", "convert", "load", "params", "presets",
            "protocols", "replay", "sensitivity", "sweep"]
@@ -43,7 +43,7 @@ def convert(inputs: str | os.PathLike | Sequence[str | os.PathLike], output: str
             fmt: str = "auto", overwrite: bool = False) -> Trace:
     """Import profiler output (Kineto JSON, Nsight SQLite, a directory of rank files) into the
     Parquet trace ``output``, as ``tracegen convert`` does, and return it loaded."""
-    from fastrack.outputs import check_input_path, check_output_path
+    from fastrack_core.outputs import check_input_path, check_output_path
     from tracegen.convert import convert as run_convert
 
     inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
@@ -60,7 +60,7 @@ class capture:
         with fastrack.capture(name="mlp") as cap:
             model = MLP().cuda()
             ...
-        cap.trace           # a fastrack.traceio.Trace
+        cap.trace           # a fastrack_core.traceio.Trace
         cap.save("mlp.parquet")
 
     Without a CUDA GPU (or with ``emulate=True``) the block runs on the emulated H100 of
@@ -120,8 +120,8 @@ class capture:
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write the captured trace (Parquet, schema v1; atomic; refuses to replace without ``overwrite``)."""
-        from fastrack.outputs import check_output_path
-        from fastrack.traceio import write_trace
+        from fastrack_core.outputs import check_output_path
+        from fastrack_core.traceio import write_trace
 
         if self.trace is None:
             raise CaptureError("nothing captured yet: save() after the with block has finished")
@@ -151,13 +151,13 @@ class _EmulatedBlock:
     def result(self, name, skip_steps, steps):
         import torch
 
-        from tracegen.capture import _metadata, recorder_table, select_steps
+        from tracegen.capture import capture_metadata, recorder_table, select_steps
 
         if self.rec.gpu_ops == 0:
             raise CaptureError("the block launched no GPU work (no tensor or module was put on 'cuda' inside it)")
         table = select_steps(recorder_table(self.rec), skip_steps, steps,
                              launch_latency_ns=self.spec.launch_latency_ns)
-        meta = _metadata(Path(name), name, emulated=True, device_model=self.spec.name, gpu_model=self.spec.gpu_name,
+        meta = capture_metadata(Path(name), name, emulated=True, device_model=self.spec.name, gpu_model=self.spec.gpu_name,
                          torch_version=torch.__version__)
         meta["capture_tool"] = (f"fastrack.capture (emulated GPU, {self.host_time} host time"
                                 f"{self.speed.describe()})")
@@ -209,7 +209,7 @@ class Result:
 
     ``slowdown`` is the makespan over the ``none`` protocol's (same trace, model, preset and
     parameters; 1.0 = the protocol costs nothing); ``None`` for ``captured`` or with
-    ``reference=False``. ``details`` is the full :class:`replay.results.ReplayResult` (per rank,
+    ``reference=False``. ``details`` is the full :class:`replay.pipeline.results.ReplayResult` (per rank,
     steps, resources, notes); ``graph`` and ``schedule`` are what :meth:`write_timeline` draws.
     """
 
@@ -258,7 +258,7 @@ class Result:
 
     def write_timeline(self, path: str | os.PathLike) -> None:
         """The Perfetto / chrome://tracing timeline of this replay (as ``replay --timeline``)."""
-        from replay.timeline import write_timeline
+        from replay.exporters.timeline import write_timeline
 
         write_timeline(str(path), self.graph, self.schedule, self.protocol)
 
@@ -300,21 +300,21 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report of ``replay compare --json``."""
-        from replay.compare import compare_report
+        from replay.frontend.compare import compare_report
 
         return compare_report(self.trace, {p: r.details for p, r in self.results.items()}, self.reference,
                               self.data_parallel)
 
     def plot(self, path: str | os.PathLike) -> None:
         """The stacked breakdown chart of ``replay compare --plot`` (PNG, SVG or PDF)."""
-        from replay.compare import plot_breakdown
+        from replay.frontend.compare import plot_breakdown
 
         plot_breakdown(self.to_dict(), str(path))
 
 
 def _overrides(params: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, ...]:
     """``{"pcie.latency_ns": 900}`` or ``["pcie.latency_ns=900"]`` -> the model's override strings."""
-    from replay.study.spec import override_text
+    from replay.frontend.study.spec import override_text
 
     if params is None:
         return ()
@@ -326,8 +326,8 @@ def _overrides(params: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, .
 
 
 def _graph(trace: TraceLike, data_parallel: int | None, bucket_mb: float | None, protocols: Sequence[str]):
-    from replay.dataparallel import DEFAULT_BUCKET_MB, data_parallel_graph
-    from replay.run import load_graph
+    from replay.whatif.dataparallel import DEFAULT_BUCKET_MB, data_parallel_graph
+    from replay.pipeline.run import load_graph
 
     if isinstance(trace, capture):
         trace = trace.trace
@@ -342,8 +342,8 @@ def _graph(trace: TraceLike, data_parallel: int | None, bucket_mb: float | None,
 def _results(trace, protocols, model, preset, params, scales, data_parallel, bucket_mb, reference):
     from replay.names import CAPTURED, NONE
     from replay.plugins import DEFAULT_MODEL
-    from replay.results import slowdown
-    from replay.run import replay_graph
+    from replay.pipeline.results import slowdown
+    from replay.pipeline.run import replay_graph
 
     protocols = [p.strip() for p in ([protocols] if isinstance(protocols, str) else protocols) if p.strip()]
     if not protocols:
@@ -374,7 +374,7 @@ def _results(trace, protocols, model, preset, params, scales, data_parallel, buc
 def replay(trace: TraceLike, protocol: str = "fastrack", *, model: str | None = None, preset: str | None = None,
            params: Mapping[str, Any] | Iterable[str] | None = None, scales: Mapping[str, float] | None = None,
            data_parallel: int | None = None, bucket_mb: float | None = None, reference: bool = True) -> Result:
-    """Replay ``trace`` (a path, a :class:`~fastrack.traceio.Trace` or a finished :class:`capture`)
+    """Replay ``trace`` (a path, a :class:`~fastrack_core.traceio.Trace` or a finished :class:`capture`)
     under ``protocol``. ``params`` overrides model parameters (``{"pcie.h2d_bandwidth_gb_s": 32}``),
     ``scales`` is the what-if ``{kind: factor}`` of ``--scale``, ``data_parallel`` the DDP world
     size of ``--data-parallel``. With ``reference`` (default) the trace is also replayed under
@@ -390,7 +390,7 @@ def compare(trace: TraceLike, protocols: Sequence[str] | str = ("none", "baselin
     """Replay ``trace`` under each protocol (graph built once; ``none`` replayed as the reference)."""
     if isinstance(protocols, str):
         protocols = protocols.split(",")
-    from replay.dataparallel import DEFAULT_BUCKET_MB
+    from replay.whatif.dataparallel import DEFAULT_BUCKET_MB
 
     label, results, ref = _results(trace, protocols, model, preset, params, scales, data_parallel, bucket_mb, True)
     dp = None if data_parallel is None else {"world": data_parallel,
@@ -438,8 +438,8 @@ def sweep(traces: TraceLike | Sequence[TraceLike], protocols: Sequence[str] | st
     import pandas as pd
 
     from replay.plugins import DEFAULT_MODEL
-    from replay.study.spec import StudySpec
-    from replay.study.sweep import run_sweep
+    from replay.frontend.study.spec import StudySpec
+    from replay.frontend.study.sweep import run_sweep
 
     if isinstance(traces, (str, os.PathLike, Trace, capture)):
         traces = [traces]
@@ -468,7 +468,7 @@ def sensitivity(trace: TraceLike, protocol: str = "baseline", *, model: str | No
     (parameter, factor), ranked (the ``replay sensitivity`` table; ``status`` says why a
     parameter was skipped)."""
     from replay.plugins import DEFAULT_MODEL
-    from replay.study.sensitivity import sensitivity as run
+    from replay.frontend.study.sensitivity import sensitivity as run
 
     return run(_trace_path(trace), protocol, model or DEFAULT_MODEL, preset, _overrides(params), tuple(factors),
                jobs=jobs, progress=progress)
@@ -494,6 +494,6 @@ def params(model: str | None = None, preset: str | None = None):
     """Every parameter of a model's preset: a DataFrame with name, unit, value, doc and source."""
     import pandas as pd
 
-    from replay.paraminfo import parameter_table
+    from replay.frontend.paraminfo import parameter_table
 
     return pd.DataFrame(parameter_table(model, preset))

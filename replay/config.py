@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from fastrack.errors import ConfigError, shown
+from fastrack_core.errors import ConfigError, shown
 
 SOURCE_SUFFIX = "_source"
 PRESET_TABLE = "preset"

@@ -4,7 +4,7 @@ A trace (one row per op, deps as lists of op ids) becomes an :class:`OpGraph`:
 
 * per-node arrays (kind, lane, duration, bytes, ...), indexed 0..n-1;
 * dependencies in CSR form, grouped by the dependent node (``dep_ptr``/``dep_src``), each edge
-  with a kind (:class:`fastrack.schema.DepKind`) and a lag in ns;
+  with a kind (:class:`fastrack_core.schema.DepKind`) and a lag in ns;
 * lanes: the servers ops run on (host threads, GPU streams, and whatever the hardware model
   adds: copy engines, PCIe links, crypto engines). A lane may have several identical servers
   (``Lanes.servers``), e.g. a pool of CPU cores. Each lane is either *in order* (a stream, a host
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fastrack.errors import GraphError
-from fastrack.schema import OpKind
+from fastrack_core.errors import GraphError
+from fastrack_core.schema import OpKind
 from replay.causal import Calibration
 
 

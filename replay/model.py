@@ -40,8 +40,8 @@ from typing import Any, ClassVar, Iterable, Mapping
 
 import numpy as np
 
-from fastrack.errors import PluginError
-from fastrack.schema import CopyDir, HostMem, OpKind
+from fastrack_core.errors import PluginError
+from fastrack_core.schema import CopyDir, HostMem, OpKind
 from replay import config
 from replay.graph import NO_LANE, LaneType, OpGraph
 
@@ -210,7 +210,7 @@ class HardwareModel(abc.ABC):
     @abc.abstractmethod
     def submit_ns(self, kind: Any) -> NsArray:
         """Extra CPU time to encrypt/sign the command submission of one GPU op under CC, per
-        :class:`~fastrack.schema.OpKind` code (0 for kinds that submit nothing)."""
+        :class:`~fastrack_core.schema.OpKind` code (0 for kinds that submit nothing)."""
 
     @property
     @abc.abstractmethod

@@ -8,15 +8,15 @@
   ``NAME`` and applies options through its ``with_options(("OPT", ...))`` (a protocol without
   that method takes no options);
 * group ``fastrack.exporters``: ``name = "package.module:OBJECT"``, an
-  :class:`replay.exporter.Exporter` (or a class building one); it becomes the command
+  :class:`replay.exporters.exporter.Exporter` (or a class building one); it becomes the command
   ``replay export-<name>``;
 * group ``fastrack.importers``: ``name = "package.module:OBJECT"``, an object with ``sniff(path) ->
-  bool`` and ``load(path) -> fastrack.traceio.Trace``: a trace format ``replay`` reads directly, in
+  bool`` and ``load(path) -> fastrack_core.traceio.Trace``: a trace format ``replay`` reads directly, in
   memory (tracegen registers ``kineto``: Kineto JSON; replay never imports tracegen by name).
 
 Any installed distribution may add entries (``[project.entry-points."fastrack.models"]`` in its
 pyproject.toml); names are unique across distributions. Unknown names raise
-:class:`~fastrack.errors.PluginError` listing what is installed.
+:class:`~fastrack_core.errors.PluginError` listing what is installed.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import functools
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from fastrack.errors import PluginError, shown
+from fastrack_core.errors import PluginError, shown
 
 MODELS_GROUP = "fastrack.models"
 DEFAULT_MODEL = "h100"  # the model every command uses unless told otherwise (shipped with Fastrack)
@@ -52,17 +52,12 @@ def available_protocols() -> list[str]:
     return sorted(_entries(PROTOCOLS_GROUP))
 
 
-def available_exporters() -> list[str]:
-    """Names of the installed exporters, sorted (each is the command ``replay export-<name>``)."""
-    return sorted(_entries(EXPORTERS_GROUP))
-
-
 def installed(group: str) -> dict[str, str]:
     """Name -> ``module:object`` of every installed plug-in of ``group`` (without loading any)."""
     return {n: ep.value for n, ep in sorted(_entries(group).items())}
 
 
-def _load(group: str, what: str, name: str) -> Any:
+def load_entry(group: str, what: str, name: str) -> Any:
     eps = _entries(group)
     if name not in eps:
         known = ", ".join(sorted(eps)) or "(none installed)"
@@ -77,7 +72,7 @@ def load_model(name: str) -> type:
     """The hardware-model class registered as ``name``; build it with ``.from_preset(preset, overrides)``."""
     from replay.model import HardwareModel
 
-    cls = _load(MODELS_GROUP, "model", name)
+    cls = load_entry(MODELS_GROUP, "model", name)
     if not (isinstance(cls, type) and issubclass(cls, HardwareModel)):
         raise PluginError(f"model '{name}' is {cls!r}, not a subclass of replay.model.HardwareModel")
     return cls
@@ -102,7 +97,7 @@ def load_protocol(name: str, _seen: tuple[str, ...] = ()):
         if not hasattr(obj, "with_options"):
             raise PluginError(f"protocol {shown(base)} takes no options (asked for {shown(name)})")
         return obj.with_options(tuple(opts))
-    obj = _load(PROTOCOLS_GROUP, "protocol", name)
+    obj = load_entry(PROTOCOLS_GROUP, "protocol", name)
     if isinstance(obj, ProtocolAlias):
         if name in _seen:
             raise PluginError(f"protocol alias '{name}' refers to itself through {' -> '.join(_seen)}")
@@ -114,18 +109,6 @@ def load_protocol(name: str, _seen: tuple[str, ...] = ()):
             raise PluginError(f"protocol '{name}': cannot instantiate {obj.__name__}: {exc}") from exc
     if not callable(obj):
         raise PluginError(f"protocol '{name}' is {obj!r}, which is not callable as protocol(graph, model)")
-    return obj
-
-
-def load_exporter(name: str):
-    """The exporter registered as ``name`` (a :class:`replay.exporter.Exporter`)."""
-    from replay.exporter import Exporter
-
-    obj = _load(EXPORTERS_GROUP, "exporter", name)
-    if isinstance(obj, type) and issubclass(obj, Exporter):
-        obj = obj()
-    if not isinstance(obj, Exporter):
-        raise PluginError(f"exporter '{name}' is {obj!r}, not a replay.exporter.Exporter")
     return obj
 
 
@@ -145,7 +128,7 @@ def importer_for(path: str) -> Any | None:
     except OSError:
         return None  # the reader reports it
     for name in available_importers():
-        obj = _load(IMPORTERS_GROUP, "importer", name)
+        obj = load_entry(IMPORTERS_GROUP, "importer", name)
         if not (callable(getattr(obj, "sniff", None)) and callable(getattr(obj, "load", None))):
             raise PluginError(f"importer '{name}' is {obj!r}, which has no sniff(path) and load(path)")
         if obj.sniff(path):
@@ -153,5 +136,5 @@ def importer_for(path: str) -> Any | None:
     return None
 
 
-__all__ = ["installed", "available_importers", "importer_for", "available_exporters", "available_models", "available_protocols", "load_exporter", "load_model",
+__all__ = ["installed", "available_importers", "importer_for", "available_models", "available_protocols", "load_model",
            "load_protocol", "ProtocolAlias", "DEFAULT_MODEL", "EXPORTERS_GROUP", "IMPORTERS_GROUP", "MODELS_GROUP", "PROTOCOLS_GROUP"]

@@ -1,6 +1,6 @@
-"""The graph builder as it was before the speed work of issue 16 (commit 447ad94 of replay/build.py,
+"""The graph builder as it was before the speed work of issue 16 (commit 447ad94 of replay/pipeline/build.py,
 with the replay/causal.py helpers of that commit): a frozen oracle, kept only so that
-tests/test_build_reference.py can prove that today's :func:`replay.build.build_graph` gives the
+tests/test_build_reference.py can prove that today's :func:`replay.pipeline.build.build_graph` gives the
 very same graphs. Never used by the product; never to be "fixed" (change both only together
 with a deliberate change of the graph).
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from fastrack.errors import GraphError
-from fastrack.schema import COPY_DIR_BY_LABEL, HOST_MEM_BY_LABEL, DepKind, OpKind
-from fastrack.traceio import Trace, as_numpy
+from fastrack_core.errors import GraphError
+from fastrack_core.schema import COPY_DIR_BY_LABEL, HOST_MEM_BY_LABEL, DepKind, OpKind
+from fastrack_core.traceio import Trace, as_numpy
 from replay import causal as _causal_now
 from replay.graph import KIND_CATEGORY, Lanes, LaneType, OpGraph, edges_by_dependent
 

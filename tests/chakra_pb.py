@@ -1,9 +1,9 @@
 """Chakra's et_def.proto as a protobuf descriptor built in code (no generated files), for tests
-that check our own wire codec (fastrack/chakra.py) against the ``protobuf`` package."""
+that check our own wire codec (fastrack_core/chakra.py) against the ``protobuf`` package."""
 
 from __future__ import annotations
 
-from fastrack.chakra import _ATTR_FIELDS  # the oneof field numbers
+from fastrack_core.chakra import _ATTR_FIELDS  # the oneof field numbers
 
 
 def messages():

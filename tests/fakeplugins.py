@@ -18,7 +18,7 @@ import types
 
 import numpy as np
 
-from fastrack.errors import ConfigError, PluginError
+from fastrack_core.errors import ConfigError, PluginError
 
 DEFAULTS = {
     "pcie": {"bandwidth_gb_s": 32.0, "latency_ns": 500},

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
+from fastrack_core.schema import CopyDir, DepKind, HostMem, OpKind
 from replay.graph import KIND_CATEGORY, NO_LANE, NODE_DTYPES, NODE_FIELDS, Lanes, LaneType, OpGraph
 
 

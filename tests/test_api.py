@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 import fastrack
-from fastrack.errors import CaptureError, ConfigError
-from replay.cli import main as replay_main
-from replay.paraminfo import axis_label, unit_of
+from fastrack_core.errors import CaptureError, ConfigError
+from replay.frontend.cli import main as replay_main
+from replay.frontend.paraminfo import axis_label, unit_of
 from tracegen.cli import main as tracegen_main
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"

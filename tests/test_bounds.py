@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fastrack.errors import GraphError
-from replay.run import replay_trace
+from fastrack_core.errors import GraphError
+from replay.pipeline.run import replay_trace
 from tracefactory import op, write
 
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from fastrack.errors import GraphError
-from fastrack.traceio import read_trace
-from replay.build import build_graph
-from replay.run import replay_trace
+from fastrack_core.errors import GraphError
+from fastrack_core.traceio import read_trace
+from replay.pipeline.build import build_graph
+from replay.pipeline.run import replay_trace
 from tracefactory import op, write
 
 
@@ -48,7 +48,7 @@ def test_sync_wait_comes_out_of_the_replay_when_gpu_is_slower(tmp_path):
     ops = launch_trace()
     rep = replay_trace(write(tmp_path / "t.parquet", ops))
     g = rep.graph.replace(dur=rep.graph.dur * np.array([1, 1, 3, 1, 1, 1]))  # k1 three times longer
-    from replay.engine import schedule
+    from replay.pipeline.engine import schedule
 
     s = schedule(g)
     # k1 [20,320]; k2 after it with the measured 2 ns overlap [318,330]; sync ends 10 ns later

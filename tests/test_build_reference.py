@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastrack.errors import GraphError
-from fastrack.schema import DepKind
-from fastrack.traceio import Trace, make_table, read_trace, trace_in_memory
-from replay import build, causal
-from replay.run import load_graph
+from fastrack_core.errors import GraphError
+from fastrack_core.schema import DepKind
+from fastrack_core.traceio import Trace, make_table, read_trace, trace_in_memory
+from replay.pipeline import build, causal
+from replay.pipeline.run import load_graph
 from tracegen.convert import convert
 from tracegen.synth import random_table
 
@@ -44,7 +44,7 @@ def assert_same_graph(a, b) -> None:
             assert x == y, f"field {f.name} differs"
 
 
-NATIVE = build._native  # replay._build, when it is built (setup.py build_ext --inplace)
+NATIVE = build._native  # replay.pipeline._build, when it is built (setup.py build_ext --inplace)
 
 
 @pytest.fixture(params=["native", "numpy"])
@@ -52,7 +52,7 @@ def edge_passes(request, monkeypatch):
     """Both forms of the builder's edge passes: the compiled one (skipped where it is not built)
     and its numpy twin."""
     if request.param == "native" and NATIVE is None:
-        pytest.skip("replay._build is not built")
+        pytest.skip("replay.pipeline._build is not built")
     monkeypatch.setattr(build, "_native", NATIVE if request.param == "native" else None)
     return request.param
 
@@ -228,7 +228,7 @@ def test_per_rank_tables_match_their_definitions(samples, q):
         assert np.array_equal(got, build_reference.causal.lookup(table, probe, default))
 
 
-@pytest.mark.skipif(NATIVE is None, reason="replay._build is not built")
+@pytest.mark.skipif(NATIVE is None, reason="replay.pipeline._build is not built")
 def test_native_passes_refuse_wrong_arrays():
     ptr = np.array([0, 0, 1], np.int64)
     src, kinds = np.array([0], np.int64), np.array([int(DepKind.LAUNCH)], np.uint8)
@@ -268,11 +268,11 @@ def test_rank_clock_shifts_are_the_medians(n, data):
     assert got.dtype == np.int64 and np.array_equal(got, build_reference._rank_clock_shifts(group, rank, finish))
 
 
-@pytest.mark.skipif(NATIVE is None, reason="replay._build is not built here (setup.py build_ext --inplace)")
+@pytest.mark.skipif(NATIVE is None, reason="replay.pipeline._build is not built here (setup.py build_ext --inplace)")
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-2**63, 2**63 - 1) | st.integers(0, 5), max_size=60))
 def test_compiled_encode_equals_arrow_dictionary_encoding(values):
-    """The lane rows' hashing: replay._build.encode gives Arrow's dictionary encoding exactly
+    """The lane rows' hashing: replay.pipeline._build.encode gives Arrow's dictionary encoding exactly
     (distinct values in order of first appearance, int32 codes)."""
     v = np.asarray(values, np.int64)
     enc = pa.Array.from_buffers(pa.int64(), v.size, [None, pa.py_buffer(v)]).dictionary_encode()

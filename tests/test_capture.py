@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 import torch  # noqa: E402  (the test extra installs torch==2.13.0)
 
-from fastrack.schema import DepKind  # noqa: E402
-from fastrack.traceio import read_trace  # noqa: E402
+from fastrack_core.schema import DepKind  # noqa: E402
+from fastrack_core.traceio import read_trace  # noqa: E402
 from tracegen.cli import main as tracegen_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -416,7 +416,7 @@ def test_profiler_path_on_recorded_kineto(emu, tmp_path, monkeypatch):
     kinds = table.column("kind").to_pylist()
     assert kinds.count("kernel") == 4 and kinds.count("memcpy") == 1 and kinds.count("sync") >= 3
     out = tmp_path / "p.parquet"
-    from fastrack.traceio import write_trace
+    from fastrack_core.traceio import write_trace
 
     write_trace(out, table, meta)
     assert read_trace(out).num_ops == table.num_rows

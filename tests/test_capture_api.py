@@ -9,8 +9,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from fastrack.schema import DepKind
-from fastrack.traceio import read_trace
+from fastrack_core.schema import DepKind
+from fastrack_core.traceio import read_trace
 from tracegen.cli import main as tracegen_main
 
 

@@ -14,11 +14,11 @@ from click.testing import CliRunner
 
 import torch  # noqa: F401  (the capture extra installs torch)
 
-from fastrack.errors import CaptureError
-from fastrack.schema import DepKind, OpKind
-from fastrack.traceio import Trace, read_trace
-from replay.build import build_graph
-from replay.dataparallel import data_parallel
+from fastrack_core.errors import CaptureError
+from fastrack_core.schema import DepKind, OpKind
+from fastrack_core.traceio import Trace, read_trace
+from replay.pipeline.build import build_graph
+from replay.whatif.dataparallel import data_parallel
 from tracegen.cli import main as tracegen_main
 from tracegen.ranks import capture_rank, merge_ranks, rank_env
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fastrack.schema import DepKind
-from fastrack.traceio import read_trace
+from fastrack_core.schema import DepKind
+from fastrack_core.traceio import read_trace
 from tracegen.cli import main as tracegen_main
 
 GPU = ("kernel", "memcpy", "memset")
@@ -104,7 +104,7 @@ def test_graph_capture_then_replay(emu, tmp_path, n):
 
 
 def test_replay_reads_one_submission_per_graph_launch(emu, tmp_path):
-    from replay.build import build_graph
+    from replay.pipeline.build import build_graph
     from replay.protocols.copies import launchers
     from replay.protocols.editor import GraphEditor
 

@@ -11,7 +11,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from fastrack.schema import OpKind  # noqa: E402
+from fastrack_core.schema import OpKind  # noqa: E402
 from tracegen.emulation import Recorder, emulated_gpu  # noqa: E402
 from tracegen.emulation.costmodel import (  # noqa: E402
     H100_SXM, RNN_PERSISTENT, RNN_STANDARD, gemm_ns, memory_ns, rnn_algo, rnn_kernels)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import torch  # noqa: F401  (the emulator needs it; imported once here)
 
-from fastrack.traceio import read_trace
+from fastrack_core.traceio import read_trace
 from tracegen.cli import main as tracegen_main
 
 SCRIPT = """

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 import torch  # noqa: E402  (the test extra installs torch==2.13.0)
 
-from fastrack.traceio import read_trace  # noqa: E402
+from fastrack_core.traceio import read_trace  # noqa: E402
 from tracegen.cli import main as tracegen_main  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fastrack.schema import DepKind, OpKind
-from fastrack.traceio import read_trace, write_trace
+from fastrack_core.schema import DepKind, OpKind
+from fastrack_core.traceio import read_trace, write_trace
 from replay import causal
-from replay.build import build_graph
-from replay.engine import schedule
-from replay.run import replay_graph, replay_trace
-from replay.whatif import SCALE_KINDS, scale_durations
+from replay.pipeline.build import build_graph
+from replay.pipeline.engine import schedule
+from replay.pipeline.run import replay_graph, replay_trace
+from replay.whatif.scale import SCALE_KINDS, scale_durations
 from tracefactory import op, write
 from tracegen.convert import convert
 from tracegen.deps import derive_dependencies

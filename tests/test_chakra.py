@@ -1,5 +1,5 @@
-"""Chakra execution traces: the wire codec (fastrack/chakra.py), ``replay export-chakra``
-(replay/chakra_export.py), the Chakra ET importer and the PyTorch ET + Kineto importer
+"""Chakra execution traces: the wire codec (fastrack_core/chakra.py), ``replay export-chakra``
+(replay/exporters/chakra.py), the Chakra ET importer and the PyTorch ET + Kineto importer
 (tracegen/importers/chakra.py, pytorch_et.py), the round trip, and bad input for both readers."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fastrack import chakra as et
-from fastrack.chakra import Attr, GlobalMetadata, Node, NodeType
-from fastrack.schema import DepKind
-from fastrack.traceio import read_trace
-from replay import export as replay_export
-from replay.chakra_export import CHAKRA, MANIFEST, et_file
+from fastrack_core import chakra as et
+from fastrack_core.chakra import Attr, GlobalMetadata, Node, NodeType
+from fastrack_core.schema import DepKind
+from fastrack_core.traceio import read_trace
+from replay.frontend import export as replay_export
+from replay.exporters.chakra import CHAKRA, MANIFEST, et_file
 from replay.graph import NO_LANE, LaneType
-from replay.run import replay_trace
+from replay.pipeline.run import replay_trace
 from test_build import two_rank_collective
 from tracefactory import op, write
 from tracegen.cli import main as tracegen_main

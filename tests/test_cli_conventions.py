@@ -13,7 +13,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from replay.cli import main as replay_main
+from replay.frontend.cli import main as replay_main
 from tracegen.cli import main as tracegen_main
 
 ROOT = Path(__file__).resolve().parent.parent

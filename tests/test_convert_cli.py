@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fastrack.traceio import read_trace
+from fastrack_core.traceio import read_trace
 from tracegen.cli import main
 
 DATA = Path(__file__).resolve().parent / "data"

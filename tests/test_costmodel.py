@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from fastrack.errors import ConfigError
+from fastrack_core.errors import ConfigError
 from tracegen.emulation import costmodel as cm
 from tracegen.emulation.costmodel import H100_PCIE, H100_SXM, TensorInfo
 

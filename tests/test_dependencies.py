@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fastrack.errors import TraceFormatError
-from fastrack.schema import DepKind, OpKind
-from fastrack.traceio import validate_table
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.schema import DepKind, OpKind
+from fastrack_core.traceio import validate_table
 from tracegen.deps import derive_dependencies
 from tracegen.importers.kineto import import_kineto
 

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from replay.cli import main as replay_main
+from replay.frontend.cli import main as replay_main
 from tracefactory import op, write
 from tracegen.cli import main as tracegen_main
 

@@ -1,9 +1,9 @@
-"""fastrack.docsection: the one writer of generated doc sections (benchmarks/*.py --write)."""
+"""fastrack_core.docsection: the one writer of generated doc sections (benchmarks/*.py --write)."""
 
 import pytest
 
-from fastrack.docsection import between, check_section, read_section, replace_section
-from fastrack.errors import FastrackError
+from fastrack_core.docsection import between, check_section, read_section, replace_section
+from fastrack_core.errors import FastrackError
 
 B, E = "<!-- x:begin -->", "<!-- x:end -->"
 

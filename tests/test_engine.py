@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fastrack.errors import GraphError
-from fastrack.schema import DepKind
+from fastrack_core.errors import GraphError
+from fastrack_core.schema import DepKind
 from graphs import graph
-from replay.engine import schedule
+from replay.pipeline.engine import schedule
 from replay.graph import Category, LaneType
-from replay.results import critical_path
+from replay.pipeline.results import critical_path
 
 
 F = DepKind.SYNC  # any finish-to-start kind
@@ -261,7 +261,7 @@ def test_no_jit_gives_the_same_schedule(tmp_path):
     code = (f"import sys; sys.path.insert(0, {str(tests)!r})\n"
             "import numpy as np\n"
             "from test_gem5_export import random_graph\n"
-            "from replay.engine import schedule\n"
+            "from replay.pipeline.engine import schedule\n"
             "s = schedule(random_graph(3, 250))\n"
             "keys = ('start', 'finish', 'crit_pred', 'bound_by', 'order', 'slot_wait', 'lane_servers')\n"
             f"np.savez({str(out)!r}, **{{k: getattr(s, k) for k in keys}})\n")
@@ -275,7 +275,7 @@ def test_no_jit_gives_the_same_schedule(tmp_path):
 
 
 def _topo_ok(g) -> bool:
-    from replay.engine import topological_order
+    from replay.pipeline.engine import topological_order
 
     try:
         topological_order(g)
@@ -285,7 +285,7 @@ def _topo_ok(g) -> bool:
 
 
 def test_is_acyclic_agrees_with_topological_order():
-    from replay.engine import is_acyclic
+    from replay.pipeline.engine import is_acyclic
 
     chain = graph([1, 1, 1], deps=[(0, 1, F, 0), (1, 2, F, 0)])
     assert is_acyclic(chain) and _topo_ok(chain)
@@ -307,7 +307,7 @@ def test_is_acyclic_agrees_with_topological_order():
     st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=12),
     st.lists(st.sampled_from([-1, 0, 1]), min_size=n, max_size=n))))
 def test_is_acyclic_matches_topological_order_on_random_graphs(case):
-    from replay.engine import is_acyclic
+    from replay.pipeline.engine import is_acyclic
 
     n, edges, group = case
     deps = [(a, b, F, 0) for a, b in edges if a != b]

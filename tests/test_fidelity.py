@@ -4,10 +4,10 @@ per rank and per ProfilerStep (the target of docs/fidelity.md)."""
 import numpy as np
 import pytest
 
-from fastrack.schema import DepKind
+from fastrack_core.schema import DepKind
 
 from tracegen.convert import convert
-from replay.run import replay_trace
+from replay.pipeline.run import replay_trace
 
 TARGET = 0.02
 

@@ -1,4 +1,4 @@
-"""The figures (replay/figures.py): editable text, units in labels, the none reference bar, values
+"""The figures (replay/frontend/figures.py): editable text, units in labels, the none reference bar, values
 on bars, skipped parameters drawn as skipped."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 import fakeplugins
-from replay.cli import main
-from replay.figures import check_format, colours, text_colour
+from replay.frontend.cli import main
+from replay.frontend.figures import check_format, colours, text_colour
 from tracegen.cli import main as tracegen_main
 
 
@@ -42,7 +42,7 @@ def test_compare_json_carries_reference_and_data_parallel(tmp_path, trace):
 
 
 def test_data_parallel_chart_says_how_many_gpus(tmp_path):
-    from replay.compare import plot_breakdown
+    from replay.frontend.compare import plot_breakdown
 
     cp = {"compute": 3_000_000, "comm": 1_000_000}
     d = {"trace": "t.parquet", "preset": "p", "data_parallel": {"world": 4, "bucket_mb": 25.0},
@@ -99,7 +99,7 @@ def test_palette_and_formats():
     assert len(set(colours(8))) == 8 and len(set(colours(12))) == 12
     assert text_colour("#000000") == "white" and text_colour("#F0E442") == "black"
     assert check_format("a.PDF", "-o") == "pdf"
-    from fastrack.errors import ConfigError
+    from fastrack_core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="unknown image format"):
         check_format("a.gif", "--plot")

@@ -1,8 +1,8 @@
-"""The gem5 export (``replay export-gem5``: replay/export.py, the H100 plug-in's
+"""The gem5 export (``replay export-gem5``: replay/frontend/export.py, the H100 plug-in's
 fastrack_h100/gem5export.py) and the gem5-free C++ core (its driver models/h100/cpp; the generic
 headers replay/cpp/fastrack) against the Python replay.
 
-The C++ driver must give the same integer-ns results as replay.engine / replay.results: the
+The C++ driver must give the same integer-ns results as replay.pipeline.engine / replay.pipeline.results: the
 makespan, per-rank makespans, per-lane busy time, and, node by node, start, finish, the binding
 prerequisite and the visiting order. Inputs: hand-made traces, random graphs exercising every
 engine rule (multi-server lanes, barrier groups, launch edges, negative stream lags, release
@@ -31,16 +31,16 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fastrack.errors import ConfigError
-from fastrack.schema import DepKind
+from fastrack_core.errors import ConfigError
+from fastrack_core.schema import DepKind
 from fastrack_h100 import gem5export
 from fastrack_h100.gem5export import GEM5, SUPPORTED_PROTOCOLS, check_params
-from replay import export as replay_export
-from replay.engine import schedule
+from replay.frontend import export as replay_export
+from replay.pipeline.engine import schedule
 from replay.graph import Lanes, OpGraph
-from replay.graphfile import END_MAGIC, HEADER_BYTES, read_schedule, write_graph
-from replay.results import summarize
-from replay.run import replay_trace
+from replay.exporters.graphfile import END_MAGIC, HEADER_BYTES, read_schedule, write_graph
+from replay.pipeline.results import summarize
+from replay.pipeline.run import replay_trace
 from test_build import launch_trace, two_rank_collective
 from tracefactory import write
 
@@ -315,7 +315,7 @@ def test_real_traces(core, tmp_path, real_traces, name, protocol):
 
 @pytest.mark.slow
 def test_cli_writes_every_file(core, tmp_path):
-    from replay.cli import main
+    from replay.frontend.cli import main
 
     trace = write(tmp_path / "t.parquet", launch_trace())
     out = tmp_path / "out"
@@ -332,7 +332,7 @@ def test_cli_writes_every_file(core, tmp_path):
 
 
 def test_unsupported_protocol_is_refused(tmp_path):
-    from replay.cli import main
+    from replay.frontend.cli import main
 
     trace = write(tmp_path / "t.parquet", launch_trace())
     r = CliRunner().invoke(main, ["export-gem5", str(trace), "--protocol", "warp-drive", "-o", str(tmp_path / "o")])
@@ -342,7 +342,7 @@ def test_unsupported_protocol_is_refused(tmp_path):
 
 
 def test_unsupported_model_is_refused(tmp_path):
-    from replay.cli import main
+    from replay.frontend.cli import main
 
     trace = write(tmp_path / "t.parquet", launch_trace())
     proto = next((p for p in PROTOCOLS if p != "captured"), "none")
@@ -367,7 +367,7 @@ def test_rate_outside_the_exact_range_is_refused():
 
 
 def test_parameter_refusal_through_the_cli(tmp_path):
-    from replay.cli import main
+    from replay.frontend.cli import main
 
     trace = write(tmp_path / "t.parquet", launch_trace())
     r = CliRunner().invoke(main, ["export-gem5", str(trace), "--protocol", "none", "--set",
@@ -414,12 +414,12 @@ def test_parallel_auth_is_declared_by_the_protocol():
 
 
 def test_export_gem5_is_a_plugin_command():
-    """replay/cli.py names no plug-in: export-gem5 comes from the fastrack.exporters entry point."""
-    from replay.cli import main
-    from replay.plugins import available_exporters, load_exporter
+    """replay/frontend/cli.py names no plug-in: export-gem5 comes from the fastrack.exporters entry point."""
+    from replay.frontend.cli import main
+    from replay.exporters.exporter import available_exporters, load_exporter
 
     assert "gem5" in available_exporters() and load_exporter("gem5") is GEM5
-    cli_source = (ROOT / "replay" / "cli.py").read_text()
+    cli_source = (ROOT / "replay" / "frontend" / "cli.py").read_text()
     assert "gem5" not in cli_source and "h100" not in cli_source
     r = CliRunner().invoke(main, ["--help"])
     assert r.exit_code == 0 and "export-gem5" in r.output
@@ -569,7 +569,7 @@ def test_run_gem5_is_the_same_script_for_every_export(tmp_path):
 def test_data_never_becomes_code(m5_stub, tmp_path):
     """A preset name and a trace path with line breaks and Python in them stay data: the generated
     files hold them only as JSON strings, and running the script executes none of it."""
-    from replay.cli import main
+    from replay.frontend.cli import main
     from replay.plugins import load_model
 
     payload = "x\nimport os; os.system('touch PWNED')\n#"
@@ -647,7 +647,7 @@ def test_a_failed_export_creates_nothing(tmp_path, monkeypatch):
 
 
 def test_output_that_is_a_file_or_holds_other_files_is_refused(tmp_path):
-    from replay.cli import main
+    from replay.frontend.cli import main
 
     trace = write(tmp_path / "t.parquet", launch_trace())
     rep = replay_trace(trace)
@@ -683,7 +683,7 @@ def test_the_h100_plugin_installs_on_its_own(tmp_path):
     check = f"""
 import importlib.metadata as md, json, sys
 import fastrack_h100
-from replay.cli import main
+from replay.frontend.cli import main
 assert fastrack_h100.__file__.startswith({str(site)!r}), fastrack_h100.__file__
 eps = {{(e.group, e.name): e.value for e in md.distribution("fastrack-h100").entry_points}}
 assert eps == {{("fastrack.models", "h100"): "fastrack_h100:H100Model",
@@ -837,7 +837,7 @@ def test_rate_fractions_match_python(core):
 
 @pytest.mark.slow
 def test_h100_prices_match_the_python_model(core):
-    from fastrack.schema import CopyDir
+    from fastrack_core.schema import CopyDir
     from replay.plugins import load_model
 
     H100Model = load_model("h100")
@@ -879,7 +879,7 @@ def test_makefile_is_the_documented_entry_point():
 
 
 def test_output_that_is_a_symbolic_link_is_refused(tmp_path):
-    from replay.cli import main
+    from replay.frontend.cli import main
 
     trace = write(tmp_path / "t.parquet", launch_trace())
     real = tmp_path / "real"

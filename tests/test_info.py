@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from fastrack.schema import DepKind
-from fastrack.traceio import make_table, write_trace
+from fastrack_core.schema import DepKind
+from fastrack_core.traceio import make_table, write_trace
 from tracegen.cli import main
 from tracegen.info import format_bytes, format_ns
 

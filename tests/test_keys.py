@@ -1,17 +1,17 @@
-"""replay.keys: the hashed dense codes equal numpy's sorting unique, compiled or not."""
+"""replay.pipeline.keys: the hashed dense codes equal numpy's sorting unique, compiled or not."""
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay import keys
+from replay.pipeline import keys
 
 
 @pytest.fixture(params=["compiled", "arrow"])
 def encoder(request, monkeypatch):
     if request.param == "compiled" and keys._native is None:
-        pytest.skip("replay._build is not built here (setup.py build_ext --inplace)")
+        pytest.skip("replay.pipeline._build is not built here (setup.py build_ext --inplace)")
     if request.param == "arrow":
         monkeypatch.setattr(keys, "_native", None)
     return request.param

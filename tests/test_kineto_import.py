@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fastrack.errors import TraceFormatError
-from fastrack.schema import DepKind
-from fastrack.traceio import read_trace, write_trace
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.schema import DepKind
+from fastrack_core.traceio import read_trace, write_trace
 from tracegen.importers import kineto
 from tracegen.importers.kineto import import_kineto, read_kineto
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from fastrack.errors import TraceFormatError
+from fastrack_core.errors import TraceFormatError
 from tracegen.cli import main
 from tracegen.importers import jsonwhole, kineto, kinetoscan
 

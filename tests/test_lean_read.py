@@ -1,4 +1,4 @@
-"""A read of some columns (what a replay reads: replay.build.GRAPH_COLUMNS) holds the file to the
+"""A read of some columns (what a replay reads: replay.pipeline.build.GRAPH_COLUMNS) holds the file to the
 whole contract, as a full read does: the same files refused with the same one-line message, the
 unread columns checked from the footer (schema, row-group statistics) or, without statistics, read."""
 
@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fastrack.errors import SchemaError
-from fastrack.traceio import read_trace, write_trace
-from replay.build import GRAPH_COLUMNS
+from fastrack_core.errors import SchemaError
+from fastrack_core.traceio import read_trace, write_trace
+from replay.pipeline.build import GRAPH_COLUMNS
 from tracegen.synth import random_table
 
 N = 120

@@ -1,4 +1,4 @@
-"""fastrack.memory: freed pages go back to the system between a replay's stages."""
+"""fastrack_core.memory: freed pages go back to the system between a replay's stages."""
 
 import platform
 import sys
@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from fastrack import memory
+from fastrack_core import memory
 
 
 def _rss_bytes() -> int:

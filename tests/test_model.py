@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fastrack.errors import PluginError
-from fastrack.schema import CopyDir, HostMem, OpKind
+from fastrack_core.errors import PluginError
+from fastrack_core.schema import CopyDir, HostMem, OpKind
 from fastrack_h100 import H100Model
 from graphs import HandGraph
 from handgraph import round_model, round_raw
@@ -198,7 +198,7 @@ def test_unknown_names_list_installed():
 
 
 def test_run_replay_contract():
-    """What replay.run uses: load_model(name).from_preset(preset, overrides) and protocol(graph, hw)."""
+    """What replay.pipeline.run uses: load_model(name).from_preset(preset, overrides) and protocol(graph, hw)."""
     hw = load_model("h100").from_preset(None, ["bounce.slots=8"])
     assert hw.preset_name == "h100-sxm" and hw.params["bounce"]["slots"] == 8 and len(hw.digest) == 64
     h = HandGraph()
@@ -248,7 +248,7 @@ def test_docs_model_section_8_is_current():
     """docs/model.md section 8 is what benchmarks/validate_model.py computes today."""
     from pathlib import Path
 
-    from fastrack.docsection import between, read_section
+    from fastrack_core.docsection import between, read_section
 
     mod = _validate_module()
     doc = Path(__file__).resolve().parent.parent / "docs" / "model.md"

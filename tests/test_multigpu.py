@@ -18,17 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastrack.errors import ConfigError, GraphError, PluginError, TraceFormatError
-from fastrack.schema import OpKind
+from fastrack_core.errors import ConfigError, GraphError, PluginError, TraceFormatError
+from fastrack_core.schema import OpKind
 from graphs import HandGraph
 from handgraph import round_model
-from replay.dataparallel import assign_buckets, data_parallel, gradient_markers
-from replay.engine import schedule
+from replay.whatif.dataparallel import assign_buckets, data_parallel, gradient_markers
+from replay.pipeline.engine import schedule
 from replay.plugins import load_protocol
 from replay.protocols.baseline import BASELINE as HOST_BASELINE
 from replay.protocols.collectives import find, messages, plain_ns, type_of_name
 from replay.protocols.kinds import DerivedKind
-from replay.run import load_graph, replay_data_parallel, replay_trace
+from replay.pipeline.run import load_graph, replay_data_parallel, replay_trace
 from tracefactory import op, write
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -304,7 +304,7 @@ def test_data_parallel_errors(tmp_path):
 def test_cli_data_parallel_run_and_compare(tmp_path):
     from click.testing import CliRunner
 
-    from replay.cli import main
+    from replay.frontend.cli import main
 
     tr = training_trace(tmp_path / "t.parquet")
     res = CliRunner().invoke(main, ["--protocol", "cc-multi", "--data-parallel", "2", "--bucket-mb", "10", "--json",
@@ -339,7 +339,7 @@ def test_emulated_capture_writes_gradient_markers(tmp_path):
 
     import torch
 
-    from fastrack.traceio import write_trace
+    from fastrack_core.traceio import write_trace
     from tracegen.capture import capture
 
     script = Path(__file__).resolve().parent.parent / "examples" / "gpt2_xl_train.py"

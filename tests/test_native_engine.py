@@ -1,8 +1,8 @@
-"""The compiled core (``replay._engine``, replay/cpp) against the numba engine (replay/engine_numba.py).
+"""The compiled core (``replay.pipeline._engine``, replay/cpp) against the numba engine (replay/pipeline/engine_numba.py).
 
 The C++ scheduler is used when it imports; the numba kernels are kept only because they give
 identical results (docs/performance.md, "Compiled core"). These tests run the same inputs through
-both, in one process (``replay.engine.use_engine``), and compare every field of the Schedule
+both, in one process (``replay.pipeline.engine.use_engine``), and compare every field of the Schedule
 (values and dtypes), the issue order, the acyclicity check, the critical path (with the graph's
 categories and with callers' own codes) and the GraphError messages: hand-made graphs with every
 rule and every error, the random graphs of test_gem5_export, hand-made traces through whole
@@ -29,12 +29,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fastrack.errors import ConfigError, GraphError
-from fastrack.schema import DepKind
+from fastrack_core.errors import ConfigError, GraphError
+from fastrack_core.schema import DepKind
 from graphs import graph
-from replay import engine
+from replay.pipeline import engine
 from replay.graph import LaneType
-from replay.results import critical_path, path_totals
+from replay.pipeline.results import critical_path, path_totals
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = ("start", "finish", "crit_pred", "bound_by", "order", "slot_wait", "lane_servers")
@@ -53,18 +53,18 @@ def _can_build() -> str | None:
 
 
 try:
-    from replay import _engine as NATIVE
+    from replay.pipeline import _engine as NATIVE
 except ImportError:  # the test below says whether that is acceptable
     NATIVE = None
 
-needs_native = pytest.mark.skipif(NATIVE is None, reason="replay._engine is not built (see test_the_extension_is_built)")
+needs_native = pytest.mark.skipif(NATIVE is None, reason="replay.pipeline._engine is not built (see test_the_extension_is_built)")
 
 
 def test_the_extension_is_built():
     why = _can_build()
     if NATIVE is None and why is not None:
-        pytest.skip(f"setup.py cannot build replay._engine on this machine: {why}")
-    assert NATIVE is not None, ("replay._engine does not import although it can be built here: run "
+        pytest.skip(f"setup.py cannot build replay.pipeline._engine on this machine: {why}")
+    assert NATIVE is not None, ("replay.pipeline._engine does not import although it can be built here: run "
                                 "`pip install -e .` or `python setup.py build_ext --inplace`")
     if os.environ.get(engine.ENGINE_VAR, "auto") in ("", "auto", "native") and not os.environ.get("FASTRACK_NO_JIT"):
         assert engine.engine_name() == "native"
@@ -74,7 +74,7 @@ def test_the_extension_is_built():
 def engines():
     """Run ``fn()`` under each engine: {'native': result or GraphError message, 'numba': ...}."""
     if NATIVE is None:
-        pytest.skip("replay._engine is not built (see test_the_extension_is_built)")
+        pytest.skip("replay.pipeline._engine is not built (see test_the_extension_is_built)")
     before = engine.engine_name()
 
     def run(fn):
@@ -179,7 +179,7 @@ def test_random_graphs_of_the_gem5_tests(engines, seed):
 
 
 def test_own_path_codes(engines):
-    """path_totals with int64 codes of the caller's own (what replay.serving passes)."""
+    """path_totals with int64 codes of the caller's own (what replay.pipeline.serving passes)."""
     from test_gem5_export import random_graph
 
     g = random_graph(5, 300)
@@ -199,7 +199,7 @@ def test_own_path_codes(engines):
 @pytest.mark.parametrize("trace", ["launch_trace", "two_rank_collective"])
 def test_whole_replays(engines, tmp_path, protocol, trace):
     import test_build
-    from replay.run import replay_trace
+    from replay.pipeline.run import replay_trace
     from tracefactory import write
 
     path = write(tmp_path / "t.parquet", getattr(test_build, trace)())
@@ -254,7 +254,7 @@ def any_graphs(draw):
                  order=[10 * k for k in draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))])
 
 
-@pytest.mark.skipif(NATIVE is None, reason="replay._engine is not built (see test_the_extension_is_built)")
+@pytest.mark.skipif(NATIVE is None, reason="replay.pipeline._engine is not built (see test_the_extension_is_built)")
 @settings(max_examples=150, deadline=None)
 @given(any_graphs())
 def test_both_engines_agree_on_random_graphs(g):
@@ -326,11 +326,11 @@ def test_a_replay_does_not_import_numba(tmp_path):
     from tracefactory import write
 
     trace = write(tmp_path / "t.parquet", launch_trace())
-    code = ("import sys\nfrom replay.cli import main\n"
+    code = ("import sys\nfrom replay.frontend.cli import main\n"
             f"sys.argv = ['replay', '--protocol', 'baseline', {str(trace)!r}, '--json']\n"
             "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
             "assert 'numba' not in sys.modules, 'numba was imported'\n"
-            "from replay import engine\nassert engine.engine_name() == 'native'\n")
+            "from replay.pipeline import engine\nassert engine.engine_name() == 'native'\n")
     env = {k: v for k, v in os.environ.items() if k not in ("FASTRACK_ENGINE", "FASTRACK_NO_JIT")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -360,29 +360,29 @@ def test_every_module_refuses_a_wrong_array_in_one_style():
     import importlib
 
     mods = {}
-    for name in ("replay._engine", "replay._build", "replay.protocols._edit"):
+    for name in ("replay.pipeline._engine", "replay.pipeline._build", "replay.protocols._edit"):
         try:
             mods[name] = importlib.import_module(name)
         except ImportError:
             pytest.skip(f"{name} is not built")
     i64 = np.zeros(1, np.int64)
-    with pytest.raises(TypeError, match=r"^replay\._build\.encode: array values must be a C-contiguous 1-D int64 "
+    with pytest.raises(TypeError, match=r"^replay\.pipeline\._build\.encode: array values must be a C-contiguous 1-D int64 "
                                         r"array$"):
-        mods["replay._build"].encode(i64.astype(np.int32), np.zeros(1, np.int32))
+        mods["replay.pipeline._build"].encode(i64.astype(np.int32), np.zeros(1, np.int32))
     codes = np.zeros(1, np.int32)
     codes.flags.writeable = False
-    with pytest.raises(TypeError, match=r"^replay\._build\.encode: array codes must be a writable C-contiguous 1-D "
+    with pytest.raises(TypeError, match=r"^replay\.pipeline\._build\.encode: array codes must be a writable C-contiguous 1-D "
                                         r"int32 array$"):
-        mods["replay._build"].encode(i64, codes)
-    with pytest.raises(TypeError, match="^replay._engine.walk_path: array start must be a C-contiguous 1-D int64"):
-        mods["replay._engine"].walk_path(np.zeros((1, 1), np.int64), i64, i64, np.zeros(1, np.int8), i64, 0, 0, 0,
+        mods["replay.pipeline._build"].encode(i64, codes)
+    with pytest.raises(TypeError, match="^replay.pipeline._engine.walk_path: array start must be a C-contiguous 1-D int64"):
+        mods["replay.pipeline._engine"].walk_path(np.zeros((1, 1), np.int64), i64, i64, np.zeros(1, np.int8), i64, 0, 0, 0,
                                          i64, i64, 0, 0, 0, 0, 0, np.zeros(8, np.int64))
     with pytest.raises(TypeError, match="^replay.protocols._edit.merge_edges: array old_kind must be a C-contiguous "
                                         "1-D uint8 array$"):
         mods["replay.protocols._edit"].merge_edges(i64, np.zeros(0, np.int64), np.zeros(0, np.int8),
                                                    np.zeros(0, np.int64), [], i64, np.zeros(0, np.int64),
                                                    np.zeros(0, np.uint8), np.zeros(0, np.int64))
-    assert mods["replay._build"].encode(np.array([5, 5, 3], np.int64), np.zeros(3, np.int32)) == \
+    assert mods["replay.pipeline._build"].encode(np.array([5, 5, 3], np.int64), np.zeros(3, np.int32)) == \
         np.array([5, 3], np.int64).tobytes()
 
 
@@ -413,7 +413,7 @@ def test_the_core_has_one_home():
     tree = ast.parse((ROOT / "setup.py").read_text())
     (value,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.AnnAssign) and n.target.id == "ACCELERATORS"]
     modules = ast.literal_eval(value)
-    assert ("replay._engine", ["replay/cpp/engine_module.cpp"], ["replay/cpp"]) in modules
+    assert ("replay.pipeline._engine", ["replay/cpp/engine_module.cpp"], ["replay/cpp"]) in modules
     for _, sources, includes in modules:  # everything a build needs ships in the sdist
         manifest = (ROOT / "MANIFEST.in").read_text()
         assert all(str(Path(p).parent) in manifest for p in sources) and all(d in manifest for d in includes)

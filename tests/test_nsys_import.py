@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fastrack.errors import FastrackError, TraceFormatError
-from fastrack.schema import OpKind
+from fastrack_core.errors import FastrackError, TraceFormatError
+from fastrack_core.schema import OpKind
 from tracegen.importers.nsys import RAW_COLUMNS, nccl_coll_type, read_nsys
 
 SCHEMA = """
@@ -550,7 +550,7 @@ def _as_table(result):
     """derive_dependencies' result as a pyarrow table (accepts a Table or a DataFrame)."""
     import pyarrow as pa
 
-    from fastrack.traceio import make_table
+    from fastrack_core.traceio import make_table
 
     if isinstance(result, tuple):
         result = result[0]
@@ -561,8 +561,8 @@ def _as_table(result):
 
 
 def test_end_to_end_through_derive_dependencies(scenario, tmp_path):
-    from fastrack.schema import DepKind
-    from fastrack.traceio import read_trace, write_trace
+    from fastrack_core.schema import DepKind
+    from fastrack_core.traceio import read_trace, write_trace
     from tracegen.deps import derive_dependencies
 
     raw, meta = read_nsys(scenario)
@@ -611,7 +611,7 @@ def test_end_to_end_through_derive_dependencies(scenario, tmp_path):
 def test_tracegen_convert_cli(scenario, tmp_path):
     from click.testing import CliRunner
 
-    from fastrack.traceio import read_trace
+    from fastrack_core.traceio import read_trace
     from tracegen.cli import main
 
     out = tmp_path / "y.parquet"

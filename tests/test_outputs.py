@@ -1,4 +1,4 @@
-"""fastrack.outputs: which outputs a command may (over)write and which inputs it may open; and
+"""fastrack_core.outputs: which outputs a command may (over)write and which inputs it may open; and
 `tracegen synth -o`, whose checks come from there (convert and capture: their own test files)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from fastrack.errors import FastrackError, TraceFormatError
-from fastrack.outputs import check_input_path, check_output_path
+from fastrack_core.errors import FastrackError, TraceFormatError
+from fastrack_core.outputs import check_input_path, check_output_path
 from tracegen.cli import main as tracegen_main
 
 
@@ -119,7 +119,7 @@ def _replay_outputs(trace, out):
 @pytest.mark.parametrize("command", ["compare --plot", "sensitivity -o", "sensitivity --plot"])
 @pytest.mark.parametrize("target", ["input", "link", "existing"])
 def test_replay_outputs_never_destroy_anything(tmp_path, small_trace, command, target):
-    from replay.cli import main as replay_main
+    from replay.frontend.cli import main as replay_main
 
     trace = tmp_path / "in.parquet"
     trace.write_bytes(small_trace.read_bytes())

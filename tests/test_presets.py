@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fastrack.errors import ConfigError
+from fastrack_core.errors import ConfigError
 from fastrack_h100 import PRESETS_DIR, H100Model, H100Params
 from handgraph import round_model, round_raw
 from replay import config

@@ -56,9 +56,9 @@ def graph_digest(graph) -> str:
 
 
 def _graphs() -> dict:
-    from fastrack.traceio import Trace
-    from replay.build import build_graph
-    from replay.run import load_graph
+    from fastrack_core.traceio import Trace
+    from replay.pipeline.build import build_graph
+    from replay.pipeline.run import load_graph
     from tracegen import synth
 
     def synthetic(table):

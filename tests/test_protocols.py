@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fastrack.errors import GraphError
-from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
+from fastrack_core.errors import GraphError
+from fastrack_core.schema import CopyDir, DepKind, HostMem, OpKind
 from graphs import HandGraph, big_graph
 from handgraph import round_model
-from replay.engine import schedule
+from replay.pipeline.engine import schedule
 from replay.graph import Category, OpGraph
-from replay.results import critical_path, summarize
+from replay.pipeline.results import critical_path, summarize
 from replay.plugins import load_protocol
 from replay.protocols import DerivedKind
 
@@ -305,7 +305,7 @@ def test_small_copy_on_its_own_thread_is_not_delayed_by_a_large_one(tmp_path, bi
     # On the shipped preset, through the protocol: a 4 KiB copy on its own thread and stream
     # finishes within a few microseconds of when it finishes alone, not after the unrelated
     # 64 MiB copy's CE operations (H2D/D2H) or its slots coming back in ring order (D2H/H2D).
-    from replay.run import replay_trace
+    from replay.pipeline.run import replay_trace
     from tracefactory import write
 
     both = replay_trace(write(tmp_path / "both.parquet", _two_copies(big_dir, small_dir)), protocol=protocol)

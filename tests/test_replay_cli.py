@@ -4,7 +4,7 @@ import json
 
 from click.testing import CliRunner
 
-from replay.cli import main
+from replay.frontend.cli import main
 from test_build import launch_trace
 from tracefactory import op, write
 
@@ -103,7 +103,7 @@ def test_slowdown_on_numbers_and_columns():
     import numpy as np
     import pandas as pd
 
-    from replay.results import slowdown
+    from replay.pipeline.results import slowdown
 
     assert slowdown(3, 2) == 1.5
     assert slowdown(2, 3, 6) == 0.666667 and slowdown(2, 3, 9) == 0.666666667

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import replay.plugins as plugins
-from fastrack.errors import TraceFormatError
-from fastrack.traceio import read_trace
-from replay.run import open_trace, replay_trace
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.traceio import read_trace
+from replay.pipeline.run import open_trace, replay_trace
 from tracegen.convert import convert
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def test_broken_importer_is_named(monkeypatch, tmp_path):
                         if g == plugins.IMPORTERS_GROUP else real(g))
     f = tmp_path / "x.json"
     f.write_text("{}")
-    from fastrack.errors import PluginError
+    from fastrack_core.errors import PluginError
 
     with pytest.raises(PluginError, match="importer 'odd'"):
         plugins.importer_for(str(f))

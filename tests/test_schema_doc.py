@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from fastrack.schema import COLUMNS, METADATA_FIELDS, DepKind, OpKind
+from fastrack_core.schema import COLUMNS, METADATA_FIELDS, DepKind, OpKind
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "trace-schema.md").read_text()
 

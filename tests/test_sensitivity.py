@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 import fakeplugins
-from replay.cli import main
+from replay.frontend.cli import main
 from tracegen.cli import main as tracegen_main
 
 

@@ -1,4 +1,4 @@
-"""Serving metrics from request markers (replay/serving.py): hand-worked traces, CLI, errors."""
+"""Serving metrics from request markers (replay/pipeline/serving.py): hand-worked traces, CLI, errors."""
 
 import json
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fastrack.markers import request_marker as rm
-from replay.cli import main
+from fastrack_core.markers import request_marker as rm
+from replay.frontend.cli import main
 from tracefactory import op, write
 
 
@@ -80,7 +80,7 @@ def test_breakdown_adds_up_and_names_the_cc_mechanisms(tmp_path):
            op("cpu", rm("first_token", 0), 113_000, 0, thread=1, deps=[(7, "program")]),
            op("cpu", rm("finish", 0), 113_000, 0, thread=1, deps=[(8, "program")])]
     p = write(tmp_path / "g.parquet", ops)
-    from replay.compare import compare
+    from replay.frontend.compare import compare
 
     d = compare(str(p), ["none", "baseline"])
     rows = {r["protocol"]: r["serving"] for r in d["rows"]}
@@ -127,8 +127,8 @@ def test_serving_asked_of_a_trace_without_markers_is_one_line_exit_2(tmp_path, c
 
 
 def test_markers_are_only_zero_duration_cpu_ops(tmp_path):
-    from replay.run import load_graph
-    from replay.serving import request_marks
+    from replay.pipeline.run import load_graph
+    from replay.pipeline.serving import request_marks
 
     ops = host_only()
     ops[1]["name"] = rm("arrive", 5)  # a 10 us cpu op with a marker name is not a marker

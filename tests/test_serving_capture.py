@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fastrack.traceio import read_trace
+from fastrack_core.traceio import read_trace
 from tracegen.cli import main as tracegen_main
 
 SCRIPT = """
@@ -54,8 +54,8 @@ def test_record_function_writes_request_markers(emu, tmp_path):
     reads = df[(df.copy_dir == "D2H")].index
     firsts = marks[marks.name.str.contains("first_token|:token:")].index
     assert len(reads) == 6 and all(f > r for f, r in zip(firsts, reads))
-    from replay.run import replay_trace
-    from replay.serving import serving_metrics
+    from replay.pipeline.run import replay_trace
+    from replay.pipeline.serving import serving_metrics
 
     rep = replay_trace(out, "none")
     m = serving_metrics(rep.graph, rep.schedule)
@@ -87,7 +87,7 @@ def test_kineto_user_annotations_become_request_markers(tmp_path):
     assert list(marks.start_ns - df.start_ns.min()) == [0, 63_000, 65_000]
     # markers sit in program order between the calls of their thread
     first = marks[marks.name == "request:first_token:7"].iloc[0]
-    from fastrack.schema import DepKind
+    from fastrack_core.schema import DepKind
     prog = [d for d, k in zip(first.deps, first.dep_kinds) if k == DepKind.PROGRAM]
     assert prog and df.set_index("op_id").loc[prog[0], "name"] in ("cudaStreamSynchronize", "cpu")
 
@@ -99,7 +99,7 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 def test_shipped_serving_traces_carry_complete_requests(name, requests):
     from collections import Counter
 
-    from fastrack.markers import parse_request_marker
+    from fastrack_core.markers import parse_request_marker
 
     t = read_trace(ROOT / "traces" / name)
     assert (ROOT / "traces" / name).stat().st_size < 2 * 1024 * 1024
@@ -207,8 +207,8 @@ def test_serving_example_decodes_in_cuda_graphs(emu, tmp_path):
             assert calls == ["cudaMemcpyAsync"] * 5 + ["cudaGraphLaunch", "cudaMemcpyAsync"], k  # inputs, replay, readback
         assert d2h == 1, k
     # under baseline CC the TPOT breakdown names the input-copy and readback mechanisms
-    from replay.run import replay_trace
-    from replay.serving import overhead, serving_metrics
+    from replay.pipeline.run import replay_trace
+    from replay.pipeline.serving import overhead, serving_metrics
 
     runs = {p: replay_trace(out, p) for p in ("none", "baseline")}
     m = {p: serving_metrics(rep.graph, rep.schedule) for p, rep in runs.items()}

@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 import fakeplugins
-from replay.cli import main
-from replay.study import sweep as sweep_module
-from replay.study.points import plan_study
-from replay.study.spec import StudySpec
-from replay.study.store import ResultStore
-from replay.study.sweep import run_sweep
-from replay.study.worker import run_batch
+from replay.frontend.cli import main
+from replay.frontend.study import sweep as sweep_module
+from replay.frontend.study.points import plan_study
+from replay.frontend.study.spec import StudySpec
+from replay.frontend.study.store import ResultStore
+from replay.frontend.study.sweep import run_sweep
+from replay.frontend.study.worker import run_batch
 from tracegen.cli import main as tracegen_main
 
 
@@ -100,7 +100,7 @@ def test_pool_workers_end_when_the_sweep_is_killed(tmp_path, trace):
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
         import os, time
-        from replay.study import executors
+        from replay.frontend.study import executors
 
         def park(_):
             with open({str(pids)!r}, "a") as f:

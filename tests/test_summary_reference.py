@@ -1,4 +1,4 @@
-"""The linear-time parts of replay.results.summarize (entry times, per-key reductions) give exactly
+"""The linear-time parts of replay.pipeline.results.summarize (entry times, per-key reductions) give exactly
 what their sort-based forms gave before the speed work of issue 16 (kept here as the reference),
 on random keys and on replays of random and real traces."""
 
@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastrack.schema import DepKind, OpKind
-from fastrack.traceio import trace_in_memory
-from replay import results
-from replay.build import build_graph
-from replay.engine import schedule
+from fastrack_core.schema import DepKind, OpKind
+from fastrack_core.traceio import trace_in_memory
+from replay.pipeline import results
+from replay.pipeline.build import build_graph
+from replay.pipeline.engine import schedule
 from tracegen.synth import random_table
 
 
@@ -88,7 +88,7 @@ def reference_step_spans(graph, sched, entered):
 @pytest.mark.parametrize("protocol", ["captured", "baseline"])
 def test_step_spans_match_with_derived_nodes(protocol):
     """A CC protocol adds derived nodes (no measured time, step -1 or inherited): the partial paths."""
-    from replay.run import replay_graph
+    from replay.pipeline.run import replay_graph
 
     g = build_graph(trace_in_memory(random_table(2000, 4, ranks=2), {"source_format": "synthetic"}))
     rep = replay_graph(g, protocol)
@@ -111,7 +111,7 @@ def test_summary_slice_by_slice_equals_one_pass(monkeypatch, protocol, ranks):
     """The summary reduces the nodes slice by slice (bounded temporaries): slices of 7 nodes (most
     slices mix ranks, steps, measured and derived nodes, blocking calls at the edges) give exactly
     the figures of one slice holding every node."""
-    from replay.run import replay_graph
+    from replay.pipeline.run import replay_graph
 
     g = build_graph(trace_in_memory(random_table(1500, 11, ranks=ranks), {"source_format": "synthetic"}))
     rep = replay_graph(g, protocol)

@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 import fakeplugins
-from replay.cli import main
-from replay.study import sweep as sweep_module
-from replay.study.points import plan_study
-from replay.study.spec import StudySpec
-from replay.study.store import META_KEY, ResultStore, read_meta
-from replay.study.sweep import run_sweep
-from replay.study.worker import run_batch
+from replay.frontend.cli import main
+from replay.frontend.study import sweep as sweep_module
+from replay.frontend.study.points import plan_study
+from replay.frontend.study.spec import StudySpec
+from replay.frontend.study.store import META_KEY, ResultStore, read_meta
+from replay.frontend.study.sweep import run_sweep
+from replay.frontend.study.worker import run_batch
 from tracegen.cli import main as tracegen_main
 
 GRID = ["--set", "pcie.bandwidth_gb_s=16,64", "--set", "cpu.crypto_gb_s=2,4"]

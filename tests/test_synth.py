@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 import tracegen.synth as synth
-from fastrack.errors import ConfigError
-from fastrack.schema import DepKind
-from fastrack.traceio import read_trace
+from fastrack_core.errors import ConfigError
+from fastrack_core.schema import DepKind
+from fastrack_core.traceio import read_trace
 from tracegen.cli import main
 
 FINISH_TO_START = (DepKind.PROGRAM, DepKind.STREAM, DepKind.EVENT)

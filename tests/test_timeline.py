@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from replay.cli import main
+from replay.frontend.cli import main
 from tracefactory import op, write
 
 MIB8 = 8 << 20
@@ -202,7 +202,7 @@ def test_timeline_output_path_rules(tmp_path):
 
 
 def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
-    import replay.timeline.chrome as chrome
+    import replay.exporters.timeline.chrome as chrome
 
     def broken(layout):
         yield "{}"

@@ -14,7 +14,7 @@ import logging
 import pytest
 from click.testing import CliRunner
 
-from replay.cli import main
+from replay.frontend.cli import main
 from test_timeline import steps_trace
 from tracefactory import write
 

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fastrack.errors import SchemaError, TraceFormatError
-from fastrack.schema import METADATA_KEY
-from fastrack.traceio import make_table, read_metadata, read_trace, validate_table, write_trace
+from fastrack_core.errors import SchemaError, TraceFormatError
+from fastrack_core.schema import METADATA_KEY
+from fastrack_core.traceio import make_table, read_metadata, read_trace, validate_table, write_trace
 from tracefactory import op, table, write
 
 
@@ -89,7 +89,7 @@ def test_duplicate_op_ids(tmp_path):
     ("rank", -1), ("op_id", 2**62), ("device", -2), ("coll_bytes", -1), ("step", -5),
 ])
 def test_values_outside_their_range_are_refused_naming_the_field(tmp_path, column, value):
-    from fastrack.schema import VALUE_RANGES
+    from fastrack_core.schema import VALUE_RANGES
 
     cols = {"op_id": [0, 1], "kind": ["cpu", "cpu"], "name": ["a", "b"], "start_ns": [0, 10], "dur_ns": [5, 5]}
     cols[column] = [cols.get(column, [0, 0])[0], value]
@@ -100,7 +100,7 @@ def test_values_outside_their_range_are_refused_naming_the_field(tmp_path, colum
 
 
 def test_an_op_ending_beyond_the_span_is_refused():
-    from fastrack.schema import MAX_SPAN_NS
+    from fastrack_core.schema import MAX_SPAN_NS
 
     table = make_table({"op_id": [0], "kind": ["cpu"], "name": ["a"], "start_ns": [MAX_SPAN_NS - 5], "dur_ns": [10]})
     with pytest.raises(SchemaError, match="beyond the 2\\^50 ns"):

@@ -1,4 +1,4 @@
-"""fastrack.traceio reads column statistics from Arrow buffers (no pyarrow.compute on a replay's
+"""fastrack_core.traceio reads column statistics from Arrow buffers (no pyarrow.compute on a replay's
 path): the results equal pyarrow.compute's on sliced, chunked and null-holding columns."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastrack.traceio import _list_values, _min_max, distinct_values
+from fastrack_core.traceio import _list_values, _min_max, distinct_values
 
 values = st.lists(st.one_of(st.none(), st.integers(-2**40, 2**40)), max_size=40)
 chunked = st.lists(values, min_size=1, max_size=4)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from replay.cli import main
+from replay.frontend.cli import main
 from test_causal import queue_trace
 from tracefactory import write
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fastrack.schema import DepKind
-from fastrack.traceio import make_table, write_trace
+from fastrack_core.schema import DepKind
+from fastrack_core.traceio import make_table, write_trace
 
 DK = {k.label: int(k) for k in DepKind}
 
@@ -26,7 +26,7 @@ def table(ops):
 
 
 def _default(k):
-    from fastrack.traceio import COLUMN_DEFAULTS
+    from fastrack_core.traceio import COLUMN_DEFAULTS
 
     return COLUMN_DEFAULTS.get(k)
 

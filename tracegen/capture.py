@@ -33,11 +33,11 @@ from typing import Any, Sequence
 import click
 import pyarrow as pa
 
-from fastrack import __version__
-from fastrack.cli_support import reports_errors
-from fastrack.errors import CaptureError
-from fastrack.outputs import check_input_path, check_output_path
-from fastrack.traceio import write_trace
+from fastrack_core.version import __version__
+from fastrack_core.cli_support import reports_errors
+from fastrack_core.errors import CaptureError
+from fastrack_core.outputs import check_input_path, check_output_path
+from fastrack_core.traceio import write_trace
 from tracegen.ranks import MAX_NPROC
 
 DEVICES = ("h100-sxm", "h100-pcie")
@@ -121,7 +121,7 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
         raise CaptureError("the script launched no GPU work (no tensor or module was put on 'cuda'); "
                            "no trace written", path=str(path))
     table = select_steps(recorder_table(rec), skip_steps, steps, launch_latency_ns=spec.launch_latency_ns)
-    meta = _metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
+    meta = capture_metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
                      torch_version=torch.__version__)
     meta["capture_tool"] = f"fastrack tracegen capture (emulated GPU, {host_time} host time{speed.describe()})"
     if rec.notes:
@@ -157,7 +157,7 @@ def capture_distributed(script, script_args=(), *, nproc: int, device: str = "h1
     spec, path, speed = _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, host_speed)
     table = capture_ranks(path, list(script_args), nproc, device=device, host_time=host_time, gpu_speed=speed.gpu,
                           copy_speed=speed.copy, host_speed=speed.host, skip_steps=skip_steps, steps=steps)
-    meta = _metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
+    meta = capture_metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
                      torch_version=torch.__version__)
     meta.update(world_size=nproc, ranks=list(range(nproc)))
     meta["capture_tool"] = (f"fastrack tracegen capture (emulated GPU, {nproc} ranks, in-process "
@@ -209,7 +209,7 @@ def kineto_to_trace(json_path, *, skip_steps: int = 0, steps: int | None = None,
     table = select_steps(table, skip_steps, steps)
     src = Path(script) if script is not None else Path(json_path)
     meta = dict(imported_meta)
-    meta.update(_metadata(src, name, emulated=False, device_model=None,
+    meta.update(capture_metadata(src, name, emulated=False, device_model=None,
                           gpu_model=gpu_model or imported_meta.get("gpu_model"), torch_version=torch_version))
     versions = dict(imported_meta.get("tool_versions") or {})
     versions.update(meta["tool_versions"])
@@ -230,7 +230,7 @@ def _unpack_import(result) -> tuple[pa.Table, dict[str, Any]]:
     raise CaptureError(f"the Kineto importer returned {type(result).__name__}, expected a table")
 
 
-def _metadata(path: Path, name, *, emulated: bool, device_model, gpu_model, torch_version) -> dict[str, Any]:
+def capture_metadata(path: Path, name, *, emulated: bool, device_model, gpu_model, torch_version) -> dict[str, Any]:
     versions = {"fastrack": __version__, "python": platform.python_version()}
     if torch_version:
         versions["pytorch"] = torch_version
@@ -330,7 +330,7 @@ def command(script, script_args, output, overwrite, name, skip_steps, steps, dev
     if os.path.lexists(script):  # a missing script is reported by run_script ("no such script")
         check_input_path(script)
     out = check_output_path(output or f"{Path(script).stem}.parquet", [script], overwrite)
-    from fastrack.cli_support import stages
+    from fastrack_core.cli_support import stages
 
     with stages(["run and record", "write"], "capture", progress) as stage:
         stage("run and record")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from fastrack import __version__
-from fastrack.cli_support import LazyGroup, verbosity_options
+from fastrack_core.version import __version__
+from fastrack_core.cli_support import LazyGroup, verbosity_options
 
 COMMANDS = {
     "convert": "tracegen.convert:command",

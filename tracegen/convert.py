@@ -14,9 +14,9 @@ from typing import Callable, Sequence
 
 import click
 
-from fastrack.cli_support import reports_errors
-from fastrack.errors import TraceFormatError
-from fastrack.outputs import check_input_path, check_output_path
+from fastrack_core.cli_support import reports_errors
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.outputs import check_input_path, check_output_path
 
 FORMATS_CHOICES = ("auto", "chakra", "pytorch-et", "kineto", "nsys")  # "auto" + the keys of tracegen.importers.FORMATS
 
@@ -60,7 +60,7 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
             stage: Callable[[str], None] | None = None) -> ConvertResult:
     """Import ``inputs`` and write ``output``. Raises FastrackError subclasses on bad input.
     ``stage(name)`` is called as each stage starts (read, dependencies, write): progress bars."""
-    from fastrack.traceio import distinct_values, write_trace
+    from fastrack_core.traceio import distinct_values, write_trace
 
     t0 = time.perf_counter()
     stage = stage or (lambda _name: None)
@@ -118,8 +118,8 @@ class KinetoForReplay:
         return FORMATS["kineto"].sniff(str(path))
 
     def load(self, path: str | os.PathLike):
-        """The trace of ``path`` as a :class:`fastrack.traceio.Trace` (validated, metadata cleaned)."""
-        from fastrack.traceio import trace_in_memory
+        """The trace of ``path`` as a :class:`fastrack_core.traceio.Trace` (validated, metadata cleaned)."""
+        from fastrack_core.traceio import trace_in_memory
 
         table, metadata, _ = import_table([path], "kineto")
         return trace_in_memory(table, metadata, str(path))
@@ -150,7 +150,7 @@ def command(inputs: tuple[str, ...], output: str, fmt: str, overwrite: bool, as_
     for p in inputs:
         check_input_path(p, allow_dir=True)
     check_output_path(output, inputs, overwrite)
-    from fastrack.cli_support import stages
+    from fastrack_core.cli_support import stages
 
     with stages(["read", "dependencies", "write"], "convert", progress) as stage:
         result = convert(list(inputs), output, fmt, stage=stage)

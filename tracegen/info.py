@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fastrack.cli_support import reports_errors
-from fastrack.outputs import check_input_path
-from fastrack.schema import DepKind, OpKind
-from fastrack.traceio import read_trace
+from fastrack_core.cli_support import reports_errors
+from fastrack_core.outputs import check_input_path
+from fastrack_core.schema import DepKind, OpKind
+from fastrack_core.traceio import read_trace
 
 COLUMNS = ["rank", "kind", "start_ns", "dur_ns", "bytes", "copy_dir", "host_mem", "step", "dep_kinds"]
 _META_ORDER = ("trace_name", "source_format", "source_files", "capture_tool", "tool_versions", "gpu_model",

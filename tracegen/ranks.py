@@ -33,9 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fastrack.errors import CaptureError, FastrackError
-from fastrack.schema import DepKind, OpKind
-from fastrack.traceio import make_table
+from fastrack_core.errors import CaptureError, FastrackError
+from fastrack_core.schema import DepKind, OpKind
+from fastrack_core.traceio import make_table
 
 MAX_NPROC = 64  # ranks of one capture (one node of emulated GPUs; each rank is a child process)
 MASTER_PORT = 29500  # torchrun's default; nothing listens on it (the backend is in-process)

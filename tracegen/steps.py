@@ -20,9 +20,9 @@ from collections import deque
 import numpy as np
 import pyarrow as pa
 
-from fastrack.errors import CaptureError
-from fastrack.schema import DepKind, OpKind
-from fastrack.traceio import make_table
+from fastrack_core.errors import CaptureError
+from fastrack_core.schema import DepKind, OpKind
+from fastrack_core.traceio import make_table
 
 _GPU_KINDS = {OpKind.KERNEL.label, OpKind.MEMCPY.label, OpKind.MEMSET.label, OpKind.COLLECTIVE.label}
 # edges that bound when an op may start (a SYNC dep bounds when a blocking call returns, not when

@@ -39,14 +39,14 @@ import click
 import numpy as np
 import pyarrow as pa
 
-from fastrack import __version__
-from fastrack.cli_support import reports_errors
-from fastrack.errors import ConfigError
-from fastrack.outputs import check_output_path
-from fastrack.schema import MAX_BYTES, CopyDir, DepKind, HostMem, OpKind
-from fastrack.traceio import make_table, write_trace
+from fastrack_core.version import __version__
+from fastrack_core.cli_support import reports_errors
+from fastrack_core.errors import ConfigError
+from fastrack_core.outputs import check_output_path
+from fastrack_core.schema import MAX_BYTES, CopyDir, DepKind, HostMem, OpKind
+from fastrack_core.traceio import make_table, write_trace
 
-from fastrack.jit import njit
+from fastrack_core.jit import njit
 
 # ---------------------------------------------------------------------------------------------
 # Cost constants (nominal, H100-class numbers; a stand-in for a measurement)

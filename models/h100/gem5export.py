@@ -1,9 +1,9 @@
 """The H100 model's gem5 exporter: ``replay export-gem5`` (registered as ``gem5`` in the
 ``fastrack.exporters`` entry-point group; docs/gem5.md).
 
-It writes, into the export directory (:mod:`replay.export` makes it all or nothing):
+It writes, into the export directory (:mod:`replay.frontend.export` makes it all or nothing):
 
-* ``graph.bin``, ``lanes.csv``, ``expected.json``: the model-free files (:mod:`replay.graphfile`),
+* ``graph.bin``, ``lanes.csv``, ``expected.json``: the model-free files (:mod:`replay.exporters.graphfile`),
   read by the C++ core in ``cpp/`` (``fastrack_replay``) and by the ``FastrackReplayer`` SimObject;
 * ``params.json``: model, preset, digest, every parameter, the exact fraction of every rate, and
   the gem5 SimObject parameters derived from them (``gem5``: :func:`gem5_objects`);
@@ -14,7 +14,7 @@ It writes, into the export directory (:mod:`replay.export` makes it all or nothi
 
 What the C++ core and the gem5 extension support is checked before anything is kept; anything
 else is refused with a one-line message (:func:`check_protocol`, :func:`check_params`, and
-:func:`replay.graphfile.check_graph`).
+:func:`replay.exporters.graphfile.check_graph`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fastrack.atomic import write_text_atomic
-from fastrack.errors import ConfigError
-from replay.exporter import Exporter, ExportJob
+from fastrack_core.atomic import write_text_atomic
+from fastrack_core.errors import ConfigError
+from replay.exporters.exporter import Exporter, ExportJob
 from replay.graph import LaneType
-from replay.graphfile import FORMAT_VERSION, MAX_TIME_NS, write_graph_files
+from replay.exporters.graphfile import FORMAT_VERSION, MAX_TIME_NS, write_graph_files
 from replay.names import CAPTURED
 from replay.plugins import load_protocol
 from replay.protocols import Protocol

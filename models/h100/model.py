@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from fastrack.schema import CopyDir, OpKind
+from fastrack_core.schema import CopyDir, OpKind
 from replay.graph import NO_LANE, LaneType, OpGraph
 from replay.model import HardwareModel, NsArray, bytes_ns, ceil_div, direct_rule
 

@@ -1,6 +1,6 @@
-// replay._build: the edge passes of the graph builder's causal lags (replay/build.py,
+// replay.pipeline._build: the edge passes of the graph builder's causal lags (replay/pipeline/build.py,
 // _causal_lags) as compiled loops over each node's edges, without the edge-sized temporaries of
-// the numpy path. Optional: without this module replay/build.py runs its numpy twin, which gives
+// the numpy path. Optional: without this module replay/pipeline/build.py runs its numpy twin, which gives
 // identical graphs (tests/test_build_reference.py runs both).
 //
 // Plain CPython C API and the buffer protocol: numpy arrays in, preallocated numpy arrays out.
@@ -16,8 +16,8 @@
 
 namespace {
 
-constexpr int64_t NONE = INT64_MIN / 4;  // replay.build._NONE
-// DepKind codes (fastrack/schema.py)
+constexpr int64_t NONE = INT64_MIN / 4;  // replay.pipeline.build._NONE
+// DepKind codes (fastrack_core/schema.py)
 constexpr uint8_t PROGRAM = 0, LAUNCH = 1, STREAM = 2, SYNC = 4;
 // OpKind codes
 constexpr int8_t RUNTIME = 1, SYNC_OP = 2;
@@ -34,7 +34,7 @@ using OutBool = Array<bool>;
 template <typename T>
 bool same_len(const Array<T> &b, Py_ssize_t n, const char *what) {
     if (b.size() != n) {
-        PyErr_Format(PyExc_ValueError, "replay._build: array '%s' has %zd entries, expected %zd", what, b.size(), n);
+        PyErr_Format(PyExc_ValueError, "replay.pipeline._build: array '%s' has %zd entries, expected %zd", what, b.size(), n);
         return false;
     }
     return true;
@@ -56,18 +56,18 @@ struct Graph {
             return false;
         const int64_t *pp = ptr.data();
         if (pp[0] != 0 || pp[n] != m) {
-            PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr does not span the edges");
+            PyErr_SetString(PyExc_ValueError, "replay.pipeline._build: dep_ptr does not span the edges");
             return false;
         }
         for (Py_ssize_t v = 0; v < n; ++v)
             if (pp[v + 1] < pp[v]) {
-                PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr is not non-decreasing");
+                PyErr_SetString(PyExc_ValueError, "replay.pipeline._build: dep_ptr is not non-decreasing");
                 return false;
             }
         const int64_t *ss = src.data();
         for (Py_ssize_t e = 0; e < m; ++e)
             if (ss[e] < 0 || ss[e] >= n) {
-                PyErr_SetString(PyExc_ValueError, "replay._build: an edge names a node that does not exist");
+                PyErr_SetString(PyExc_ValueError, "replay.pipeline._build: an edge names a node that does not exist");
                 return false;
             }
         return true;
@@ -89,7 +89,7 @@ PyObject *launch_samples(PyObject *, PyObject *args) {
     if (!PyArg_UnpackTuple(args, "launch_samples", 9, 9, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6], &a[7],
                            &a[8]))
         return nullptr;
-    constexpr const char *FN = "replay._build.launch_samples";
+    constexpr const char *FN = "replay.pipeline._build.launch_samples";
     Graph g;
     I32 rank;
     OutI64 l_rank, l2s;
@@ -143,7 +143,7 @@ PyObject *stream_samples(PyObject *, PyObject *args) {
         return nullptr;
     long long b2b_max = PyLong_AsLongLong(a[7]);
     if (b2b_max == -1 && PyErr_Occurred()) return nullptr;
-    constexpr const char *FN = "replay._build.stream_samples";
+    constexpr const char *FN = "replay.pipeline._build.stream_samples";
     Graph g;
     I32 rank;
     I64 l_lag;
@@ -203,7 +203,7 @@ PyObject *settle(PyObject *, PyObject *args) {
     if (!PyArg_UnpackTuple(args, "settle", 12, 12, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6], &a[7], &a[8],
                            &a[9], &a[10], &a[11]))
         return nullptr;
-    constexpr const char *FN = "replay._build.settle";
+    constexpr const char *FN = "replay.pipeline._build.settle";
     Graph g;
     I8 kind;
     I64 s_lag, arrival;
@@ -276,18 +276,18 @@ PyObject *settle(PyObject *, PyObject *args) {
 PyObject *first_self_loop(PyObject *, PyObject *args) {
     PyObject *a[2];
     if (!PyArg_UnpackTuple(args, "first_self_loop", 2, 2, &a[0], &a[1])) return nullptr;
-    constexpr const char *FN = "replay._build.first_self_loop";
+    constexpr const char *FN = "replay.pipeline._build.first_self_loop";
     I64 ptr, src;
     if (!ptr.get(a[0], FN, "dep_ptr") || !src.get(a[1], FN, "src")) return nullptr;
     Py_ssize_t n = ptr.size() - 1;
     const int64_t *pp = ptr.data(), *ss = src.data();
     if (n < 0 || pp[0] != 0 || pp[n] != src.size()) {
-        PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr does not span the edges");
+        PyErr_SetString(PyExc_ValueError, "replay.pipeline._build: dep_ptr does not span the edges");
         return nullptr;
     }
     for (Py_ssize_t v = 0; v < n; ++v) {
         if (pp[v + 1] < pp[v]) {
-            PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr is not non-decreasing");
+            PyErr_SetString(PyExc_ValueError, "replay.pipeline._build: dep_ptr is not non-decreasing");
             return nullptr;
         }
         for (int64_t e = pp[v]; e < pp[v + 1]; ++e)
@@ -303,7 +303,7 @@ PyObject *has_other_edge(PyObject *, PyObject *args) {
     if (!PyArg_UnpackTuple(args, "has_other_edge", 4, 4, &a[0], &a[1], &a[2], &a[3])) return nullptr;
     long k = PyLong_AsLong(a[2]);
     if (k == -1 && PyErr_Occurred()) return nullptr;
-    constexpr const char *FN = "replay._build.has_other_edge";
+    constexpr const char *FN = "replay.pipeline._build.has_other_edge";
     I64 ptr;
     U8 kinds;
     OutBool out;
@@ -313,7 +313,7 @@ PyObject *has_other_edge(PyObject *, PyObject *args) {
     Py_ssize_t n = ptr.size() - 1;
     const int64_t *pp = ptr.data();
     if (n < 0 || !same_len(out, n, "out") || pp[0] != 0 || pp[n] != kinds.size()) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "replay._build: dep_ptr does not span the edges");
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "replay.pipeline._build: dep_ptr does not span the edges");
         return nullptr;
     }
     const uint8_t *kk = kinds.data();
@@ -332,14 +332,14 @@ PyObject *has_other_edge(PyObject *, PyObject *args) {
 PyObject *encode(PyObject *, PyObject *args) {
     PyObject *a[2];
     if (!PyArg_UnpackTuple(args, "encode", 2, 2, &a[0], &a[1])) return nullptr;
-    constexpr const char *FN = "replay._build.encode";
+    constexpr const char *FN = "replay.pipeline._build.encode";
     I64 values;
     OutI32 codes;
     if (!values.get(a[0], FN, "values") || !codes.get(a[1], FN, "codes")) return nullptr;
     Py_ssize_t n = values.size();
     if (!same_len(codes, n, "codes")) return nullptr;
     if (n > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "replay._build: too many values to encode");
+        PyErr_SetString(PyExc_ValueError, "replay.pipeline._build: too many values to encode");
         return nullptr;
     }
     const int64_t *v = values.data();
@@ -376,7 +376,7 @@ PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "replay._build", "Compiled edge passes of replay.build.", -1, methods,
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "replay.pipeline._build", "Compiled edge passes of replay.pipeline.build.", -1, methods,
                       nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace

@@ -1,10 +1,10 @@
-// replay._engine: the Fastrack core (fastrack/engine.hh, results.hh) as a CPython extension.
+// replay.pipeline._engine: the Fastrack core (fastrack/engine.hh, results.hh) as a CPython extension.
 //
-// replay/engine.py and replay/results.py call it when it imports (docs/performance.md,
+// replay/pipeline/engine.py and replay/pipeline/results.py call it when it imports (docs/performance.md,
 // "Compiled core"). Plain C API and the buffer protocol: the graph's numpy arrays are read in
 // place through a GraphView (nothing is copied), the results go into numpy arrays Python
 // allocated, and the GIL is released while the loops run. Problems with the graph come back as
-// status codes, which replay/engine.py turns into the same GraphError messages as the numba
+// status codes, which replay/pipeline/engine.py turns into the same GraphError messages as the numba
 // engine; wrong arguments (a dtype, a length, an index out of range) raise TypeError/ValueError.
 //
 //   schedule(g, out) -> (status, where, placed)
@@ -112,7 +112,7 @@ bool lengthIs(std::size_t got, std::size_t want, const char *name) {
 PyObject *py_schedule(PyObject *, PyObject *args) {
     PyObject *g, *o;
     if (!PyArg_ParseTuple(args, "O!O!:schedule", &PyTuple_Type, &g, &PyTuple_Type, &o)) return nullptr;
-    Buffers bufs("replay._engine.schedule");
+    Buffers bufs("replay.pipeline._engine.schedule");
     fastrack::GraphView v;
     if (!graphView(bufs, g, v)) return nullptr;
     if (PyTuple_GET_SIZE(o) != 7) {
@@ -140,7 +140,7 @@ PyObject *py_schedule(PyObject *, PyObject *args) {
 PyObject *py_topological_order(PyObject *, PyObject *args) {
     PyObject *g, *issueObj;
     if (!PyArg_ParseTuple(args, "O!O:topological_order", &PyTuple_Type, &g, &issueObj)) return nullptr;
-    Buffers bufs("replay._engine.topological_order");
+    Buffers bufs("replay.pipeline._engine.topological_order");
     fastrack::GraphView v;
     Span<std::int64_t> issue;
     if (!graphView(bufs, g, v) || !bufs.get(issueObj, "issue", issue) ||
@@ -154,7 +154,7 @@ PyObject *py_topological_order(PyObject *, PyObject *args) {
 PyObject *py_is_acyclic(PyObject *, PyObject *args) {
     PyObject *g, *xs, *xd;
     if (!PyArg_ParseTuple(args, "O!OO:is_acyclic", &PyTuple_Type, &g, &xs, &xd)) return nullptr;
-    Buffers bufs("replay._engine.is_acyclic");
+    Buffers bufs("replay.pipeline._engine.is_acyclic");
     fastrack::GraphView v;
     Span<const std::int64_t> src, dst;
     if (!graphView(bufs, g, v) || !bufs.get(xs, "extra_src", src) ||
@@ -177,7 +177,7 @@ PyObject *py_walk_path(PyObject *, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOLLLOOLLLLLO:walk_path", &startO, &finishO, &predO, &boundO, &waitO, &node, &t,
                           &tStop, &ncodeO, &ecodeO, &launch, &release, &group, &lane, &wait, &totalsO))
         return nullptr;
-    Buffers bufs("replay._engine.walk_path");
+    Buffers bufs("replay.pipeline._engine.walk_path");
     Span<const std::int64_t> start, finish, pred, slotWait, ecode;
     Span<const std::int8_t> bound;
     Span<std::int64_t> totals;
@@ -230,7 +230,7 @@ PyMethodDef kMethods[] = {
 };
 
 PyModuleDef kModule = {
-    PyModuleDef_HEAD_INIT, "replay._engine",
+    PyModuleDef_HEAD_INIT, "replay.pipeline._engine",
     "The Fastrack scheduler and critical-path walk in C++ (replay/cpp; docs/performance.md, 'Compiled core').",
     -1, kMethods, nullptr, nullptr, nullptr, nullptr,
 };

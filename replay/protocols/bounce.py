@@ -4,7 +4,7 @@ Every CPU-staged chunk holds one slot of its rank's pool, a ``BOUNCE_POOL`` lane
 directions, all threads and all copies: an H2D chunk from the CPU encryption that fills the slot
 to the PCIe transfer that drains it; a D2H chunk from the PCIe write that fills it to the CPU
 decryption that empties it. In the graph that is one hold per chunk (``OpGraph.hold_lane`` on the
-filling node, ``hold_until`` = the emptying node); the engine (replay/engine.py) hands a slot to
+filling node, ``hold_until`` = the emptying node); the engine (replay/pipeline/engine.py) hands a slot to
 a chunk when the chunk is ready, takes it back as soon as the emptying node finishes (not in any
 ring order), and, when a chunk finds every slot in use, doubles the pool up to the model's
 maximum, as the driver's staging pool does ([S7] uvm_conf_computing.c:

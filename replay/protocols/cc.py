@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastrack.errors import GraphError
-from fastrack.schema import CopyDir, DepKind, HostMem
-from replay.engine import is_acyclic, topological_order
+from fastrack_core.errors import GraphError
+from fastrack_core.schema import CopyDir, DepKind, HostMem
+from replay.pipeline.engine import is_acyclic, topological_order
 from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent, stable_argsort
 
 from .base import Protocol

@@ -1,12 +1,12 @@
 """Collectives of a multi-rank graph: which they are, how big, and what messages they send.
 
 A *collective instance* is one barrier group of COLLECTIVE nodes (one member per rank, matched
-across ranks by the importer through COLLECTIVE deps, or created by :mod:`replay.dataparallel`).
+across ranks by the importer through COLLECTIVE deps, or created by :mod:`replay.whatif.dataparallel`).
 This module
 
 * finds the instances and checks them: in a graph of several ranks a collective without
   partners, or a group with two members on one rank, is a mismatch and raises
-  :class:`~fastrack.errors.GraphError` naming the ranks and the collective (it is never replayed
+  :class:`~fastrack_core.errors.GraphError` naming the ranks and the collective (it is never replayed
   silently as a lone kernel, and never waits forever);
 * recovers each instance's type and algorithm from its kernel name (the graph has no
   ``coll_type`` column): NCCL names its kernels by primitive and algorithm
@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastrack.errors import GraphError, PluginError
-from fastrack.schema import OpKind
+from fastrack_core.errors import GraphError, PluginError
+from fastrack_core.schema import OpKind
 from replay.graph import OpGraph
 
 TYPES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv", "all_to_all")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastrack.schema import HOST_KINDS, GPU_KINDS, CopyDir, DepKind, OpKind
+from fastrack_core.schema import HOST_KINDS, GPU_KINDS, CopyDir, DepKind, OpKind
 from replay.graph import OpGraph, check_node_budget
 
 _IS_HOST = np.zeros(256, bool)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrack.memory import release_free_memory
+from fastrack_core.memory import release_free_memory
 
 from replay.graph import NO_LANE, NODE_FIELDS, OpGraph, stable_argsort
 
@@ -422,7 +422,7 @@ def copy_in_edges(ed: GraphEditor, node: np.ndarray, head: np.ndarray) -> None:
 
 
 def lanes_required(lane: np.ndarray, what: str) -> None:
-    from fastrack.errors import GraphError
+    from fastrack_core.errors import GraphError
 
     if np.any(lane == NO_LANE):
         raise GraphError(f"hardware model did not provide the {what} lane for every rank (call model.add_lanes)")

@@ -1,6 +1,6 @@
 """Codes, labels and categories of the nodes protocol transforms derive (codes >= 16).
 
-Trace op kinds (:class:`fastrack.schema.OpKind`) use 0..15; every derived node gets one of these
+Trace op kinds (:class:`fastrack_core.schema.OpKind`) use 0..15; every derived node gets one of these
 codes, its label in ``OpGraph.kind_names`` and a :class:`~replay.graph.Category`.
 """
 

@@ -24,7 +24,7 @@ Mitigations of the GPU-to-GPU path are *options* of a system, written ``NAME+OPT
 (:func:`replay.plugins.load_protocol` parses them): ``batched-meta`` (one push and one host
 synchronisation per message and side, IVs/tags inside the data transfer) and ``keymgmt`` (key
 rotation off the data path). An option on a graph without collectives is refused
-(:class:`~fastrack.errors.ConfigError`: nothing to apply it to).
+(:class:`~fastrack_core.errors.ConfigError`: nothing to apply it to).
 
 The names of the earlier ``cc-multi`` family stay as aliases (:data:`ALIASES`).
 """
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fastrack.errors import ConfigError, PluginError
+from fastrack_core.errors import ConfigError, PluginError
 from replay.graph import OpGraph
 from replay.plugins import ProtocolAlias
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrack.schema import CopyDir, DepKind, HostMem
+from fastrack_core.schema import CopyDir, DepKind, HostMem
 from replay.graph import LaneType, OpGraph
 
 from .base import Protocol

@@ -64,8 +64,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastrack.errors import PluginError
-from fastrack.schema import DepKind, OpKind
+from fastrack_core.errors import PluginError
+from fastrack_core.schema import DepKind, OpKind
 from replay.graph import NO_LANE, LaneType, OpGraph, check_node_budget
 from replay.protocols.copies import NODES_PER_CHUNK
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrack.schema import DepKind
+from fastrack_core.schema import DepKind
 
 from .copies import dependents, launch_edges
 from .editor import GraphEditor

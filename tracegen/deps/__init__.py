@@ -2,7 +2,7 @@
 
 Every importer (Kineto JSON, Nsight SQLite, ...) reduces its input to one table of *raw ops*
 and calls :func:`derive_dependencies`, which applies ``docs/conventions.md`` and returns the
-Arrow table (built with :func:`fastrack.traceio.make_table`). Importers never compute
+Arrow table (built with :func:`fastrack_core.traceio.make_table`). Importers never compute
 dependencies themselves. The table is either a pandas DataFrame (Nsight, PyTorch ET, capture)
 or a :class:`tracegen.deps.raw.RawColumns` (the Kineto importer's: a dict of equal-length numpy
 columns, with the dtypes the DataFrame would have, ``.frame()`` gives it); both are read alike.
@@ -22,7 +22,7 @@ rank            int      0      rank (process) of the record
 device          int      -1     GPU ordinal (GPU ops; host calls when known, e.g. a device sync)
 thread          int      -1     host thread id (host rows)
 stream          int      -1     GPU stream id (GPU rows)
-kind            int      --     :class:`fastrack.schema.OpKind` value (see below)
+kind            int      --     :class:`fastrack_core.schema.OpKind` value (see below)
 name            str      --     kernel / call / operator name
 start_ns        int      --     start, integer ns on the rank's clock (any origin: absolute is
                                 fine, each rank is re-based to its earliest kept op)
@@ -59,7 +59,7 @@ Meaning of ``kind`` on input:
 * ``CPU``: **annotations**, never written out. Framework operators (Kineto ``cpu_op``, NVTX
   ranges) name the CPU gap ops; a CPU row named ``ProfilerStep#N`` defines step ``N`` over its
   interval for every host op of its rank. Exception: a zero-duration CPU row named like a
-  request marker (``request:<event>:<id>``, :mod:`fastrack.markers`) is a **marker**, written out
+  request marker (``request:<event>:<id>``, :mod:`fastrack_core.markers`) is a **marker**, written out
   as a host op of its thread at its start (docs/conventions.md rule 8); a marker that falls
   inside a host call is absorbed by that call, like a nested call.
 

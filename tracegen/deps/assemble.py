@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from fastrack.schema import CopyDir, HostMem, OpKind
-from fastrack.traceio import make_table
+from fastrack_core.schema import CopyDir, HostMem, OpKind
+from fastrack_core.traceio import make_table
 from tracegen.deps.arrow import from_numpy, strings
 from tracegen.deps.collectives import CollectiveFields
 from tracegen.deps.edges import Edges

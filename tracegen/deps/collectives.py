@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from fastrack.schema import DepKind, OpKind
+from fastrack_core.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
 from tracegen.deps.launches import GpuOps
 from tracegen.deps.raw import RawOps, int_col, obj_col

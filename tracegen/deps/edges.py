@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from fastrack.schema import DepKind
+from fastrack_core.schema import DepKind
 from tracegen.deps.arrow import from_numpy
 from tracegen.deps.search import EMPTY, distinct
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrack.schema import DepKind
+from fastrack_core.schema import DepKind
 from tracegen.deps.edges import Edges
 from tracegen.deps.launches import GpuOps
 from tracegen.deps.search import Ordered, group_ids

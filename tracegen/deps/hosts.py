@@ -16,7 +16,7 @@ import dataclasses
 
 import numpy as np
 
-from fastrack.schema import DepKind, OpKind
+from fastrack_core.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
 from tracegen.deps.raw import Annotations, RawOps
 from tracegen.deps.search import EMPTY, I64_MIN, distinct, enclosing, key_ids

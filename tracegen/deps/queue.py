@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrack.schema import OpKind
+from fastrack_core.schema import OpKind
 from tracegen.deps.held import TIMESTAMP_TOL_NS, WAIT_GAP_MAX_NS
 from tracegen.deps.hosts import HostCalls
 from tracegen.deps.launches import GpuOps

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from fastrack.errors import TraceFormatError
-from fastrack.markers import REQUEST_PREFIX, parse_request_marker
-from fastrack.schema import OpKind
-from fastrack.traceio import COLUMN_DEFAULTS
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.markers import REQUEST_PREFIX, parse_request_marker
+from fastrack_core.schema import OpKind
+from fastrack_core.traceio import COLUMN_DEFAULTS
 from tracegen.deps.search import EMPTY, factorize
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ class RawOps:
     wait_stream: np.ndarray
     scope: np.ndarray  # SCOPE_CODES value
     blocking: np.ndarray
-    marker: np.ndarray  # a request marker (fastrack.markers): a zero-duration CPU row written out as a host op
+    marker: np.ndarray  # a request marker (fastrack_core.markers): a zero-duration CPU row written out as a host op
 
     @functools.cached_property
     def names(self) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrack.schema import DepKind
+from fastrack_core.schema import DepKind
 from tracegen.deps.edges import Edges
 from tracegen.deps.launches import GpuOps
 from tracegen.deps.search import EMPTY, Ordered, group_ids, key_ids

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrack.schema import DepKind, OpKind
+from fastrack_core.schema import DepKind, OpKind
 from tracegen.deps.edges import Edges
 from tracegen.deps.hosts import CorrMap, HostOps
 from tracegen.deps.launches import GpuOps

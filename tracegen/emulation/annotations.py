@@ -1,5 +1,5 @@
 """Annotations the script writes that become markers in the emulated trace (docs/conventions.md
-rule 8, names from :mod:`fastrack.markers`).
+rule 8, names from :mod:`fastrack_core.markers`).
 
 ``torch.profiler.record_function(name)`` with a request-marker name (``request:<event>:<id>``)
 writes that marker when the range is entered: a zero-duration ``cpu`` op on the host thread at the
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastrack.markers import REQUEST_PREFIX, parse_request_marker
-from fastrack.schema import OpKind
+from fastrack_core.markers import REQUEST_PREFIX, parse_request_marker
+from fastrack_core.schema import OpKind
 
 if TYPE_CHECKING:
     from tracegen.emulation.timeline import Recorder

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
-from fastrack.errors import ConfigError
+from fastrack_core.errors import ConfigError
 
 FAMILIES = ("gemm", "attention", "elementwise", "reduction", "memcpy", "memset", "other")
 

@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from fastrack.schema import CopyDir
+from fastrack_core.schema import CopyDir
 from tracegen.emulation import costmodel
 from tracegen.emulation.annotations import record_annotation
 from tracegen.emulation.costmodel import TensorInfo

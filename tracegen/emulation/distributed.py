@@ -44,8 +44,8 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Work
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fastrack.errors import CaptureError
-from fastrack.schema import OpKind
+from fastrack_core.errors import CaptureError
+from fastrack_core.schema import OpKind
 from tracegen.emulation.timeline import Recorder
 
 BACKEND = "fastrack_emulated"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from fastrack.schema import OpKind
+from fastrack_core.schema import OpKind
 
 if TYPE_CHECKING:
     from tracegen.emulation.timeline import Recorder

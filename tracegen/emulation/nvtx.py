@@ -1,5 +1,5 @@
 """``torch.cuda.nvtx`` on the emulated GPU: annotated ranges become markers in the trace
-(``docs/conventions.md`` rule 8, names from :mod:`fastrack.markers`): ``range_push(msg)`` writes a
+(``docs/conventions.md`` rule 8, names from :mod:`fastrack_core.markers`): ``range_push(msg)`` writes a
 zero-duration ``cpu`` op ``range_push:<msg>`` on the host thread, ``range_pop()`` one named
 ``range_pop:<msg>`` of the range it closes; ``nvtx.range`` (built on the two) nests the same way;
 ``mark(msg)`` (an instant) is a push and a pop of ``msg`` at the same moment. ``range_start`` /
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastrack.markers import range_pop as pop_name
-from fastrack.markers import range_push as push_name
+from fastrack_core.markers import range_pop as pop_name
+from fastrack_core.markers import range_push as push_name
 from tracegen.emulation.timeline import active_recorder
 
 

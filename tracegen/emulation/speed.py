@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fastrack.errors import CaptureError
-from fastrack.schema import OpKind
+from fastrack_core.errors import CaptureError
+from fastrack_core.schema import OpKind
 
 MIN_SPEED = 0.01
 """Smallest accepted speed factor (100x slower); an assumption: beyond it the emulation's

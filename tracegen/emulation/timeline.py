@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from fastrack.schema import CopyDir, DepKind, HostMem, OpKind
+from fastrack_core.schema import CopyDir, DepKind, HostMem, OpKind
 from tracegen.emulation import costmodel
 from tracegen.emulation.costmodel import GpuSpec
 from tracegen.emulation.hosttime import HostClock, host_scaled_spec

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from fastrack.schema import OpKind
-from fastrack.traceio import make_table
+from fastrack_core.schema import OpKind
+from fastrack_core.traceio import make_table
 
 
 def recorder_table(rec) -> pa.Table:

@@ -12,7 +12,7 @@ import functools
 import types
 from typing import Any, Callable
 
-from fastrack.errors import CaptureError
+from fastrack_core.errors import CaptureError
 
 
 class EmulationUnsupported(CaptureError):

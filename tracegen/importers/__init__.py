@@ -13,8 +13,8 @@ import importlib
 import os
 from typing import Callable, NamedTuple, Sequence
 
-from fastrack.errors import TraceFormatError
-from fastrack.sniff import PARQUET_NOT_PROFILER_HINT, PARQUET_TRACE_HINT, not_a_profiler_trace_hint
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.sniff import PARQUET_NOT_PROFILER_HINT, PARQUET_TRACE_HINT, not_a_profiler_trace_hint
 from tracegen.importers import chakra, kineto, pytorch_et
 from tracegen.importers.common import RawImport
 
@@ -54,8 +54,8 @@ def refuse_unconvertible(path: str | os.PathLike) -> None:
         return
     hint = not_a_profiler_trace_hint(path)
     if hint == PARQUET_NOT_PROFILER_HINT:
-        from fastrack.errors import FastrackError
-        from fastrack.traceio import read_metadata
+        from fastrack_core.errors import FastrackError
+        from fastrack_core.traceio import read_metadata
 
         try:
             read_metadata(path)

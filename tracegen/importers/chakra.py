@@ -2,7 +2,7 @@
 
 A Chakra ET states its dependencies, so this importer builds the finished trace itself (the
 ``table`` of :class:`~tracegen.importers.common.RawImport`) instead of handing raw ops to
-:func:`tracegen.deps.derive_dependencies`. The wire format is read by :mod:`fastrack.chakra`.
+:func:`tracegen.deps.derive_dependencies`. The wire format is read by :mod:`fastrack_core.chakra`.
 Mapping (docs/chakra.md):
 
 * ``COMP_NODE``: ``cpu`` when ``is_cpu_op`` is true, else ``kernel``; ``MEM_LOAD_NODE``: a ``memcpy``
@@ -39,10 +39,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from fastrack.chakra import CollectiveCommType, Node, NodeType, looks_like_et, read_et
-from fastrack.errors import TraceFormatError
-from fastrack.schema import OP_KIND_BY_LABEL, DepKind, OpKind
-from fastrack.traceio import make_table, validate_table
+from fastrack_core.chakra import CollectiveCommType, Node, NodeType, looks_like_et, read_et
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.schema import OP_KIND_BY_LABEL, DepKind, OpKind
+from fastrack_core.traceio import make_table, validate_table
 from tracegen.importers.common import SQLITE_MAGIC, RawImport, read_head_plain
 
 SNIFF_BYTES = 1 << 16

@@ -15,10 +15,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fastrack.errors import TraceFormatError
-from fastrack.outputs import check_input_path
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.outputs import check_input_path
 
-from fastrack.sniff import GZIP_MAGIC, HEAD_BYTES, SQLITE_MAGIC  # the magic numbers live in one place
+from fastrack_core.sniff import GZIP_MAGIC, HEAD_BYTES, SQLITE_MAGIC  # the magic numbers live in one place
 
 if TYPE_CHECKING:
     from tracegen.deps.raw import RawInput

@@ -17,7 +17,7 @@ whole-file reader leaves such a document to the streaming one (``tracegen.import
 Two implementations of one scan, byte for byte the same (tests/test_jsonscan.py): the C++
 extension ``tracegen.importers._jsonscan`` (setup.py; about 1.6 ns per byte, no numba import,
 which alone costs some 0.4 s CPU per process) and, when it is not built, :func:`_scan` below,
-compiled with numba (fastrack.jit) on first use.
+compiled with numba (fastrack_core.jit) on first use.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _scan(data: bytes, depth: int, flags: int, num_len: int, exp_digits: int, to
     import numpy as np
 
     if _jitted is None:
-        from fastrack.jit import njit
+        from fastrack_core.jit import njit
 
         _jitted = njit(cache=True, nogil=True)(_scan_py)
     return tuple(int(x) for x in _jitted(np.frombuffer(data, np.uint8), depth, flags, num_len, exp_digits, tokens,

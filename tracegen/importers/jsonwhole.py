@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from json.decoder import WHITESPACE
 from typing import Any
 
-from fastrack.sniff import GZIP_MAGIC
+from fastrack_core.sniff import GZIP_MAGIC
 from tracegen.importers import kinetoscan
 from tracegen.importers.jsondepth import DepthGuard
 

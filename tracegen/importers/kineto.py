@@ -33,7 +33,7 @@ What is kept (``docs/conventions.md``, ``docs/trace-formats.md`` of the shared n
 * ``cpu_op``/``Operator``: names of the CPU gap ops (threads with CUDA calls only).
 * ``ProfilerStep#N`` (``user_annotation`` or ``cpu_op``): steps.
 * ``request:<event>:<id>`` (``user_annotation`` or ``cpu_op``, e.g. ``record_function`` ranges of a
-  serving loop, any thread of the process): request markers (:mod:`fastrack.markers`), one
+  serving loop, any thread of the process): request markers (:mod:`fastrack_core.markers`), one
   zero-duration ``cpu`` op at the range's start (docs/serving.md).
 * Everything else (python_function, flows, instants, counters, overhead rows with pid -1, GPU
   user annotations, metadata rows) is skipped.
@@ -60,9 +60,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 import ijson
 import numpy as np
 
-from fastrack.errors import TraceFormatError
-from fastrack.markers import REQUEST_PREFIX, parse_request_marker
-from fastrack.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.markers import REQUEST_PREFIX, parse_request_marker
+from fastrack_core.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
 from tracegen.deps.raw import RawColumns, as_frame
 from tracegen.importers import kinetoscan

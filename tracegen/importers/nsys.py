@@ -32,9 +32,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from fastrack.errors import TraceFormatError
-from fastrack.schema import OpKind
-from fastrack.sniff import NSYS_REPORT_HINT, is_nsys_report
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.schema import OpKind
+from fastrack_core.sniff import NSYS_REPORT_HINT, is_nsys_report
 from tracegen.importers.common import SQLITE_MAGIC, RawImport, read_head
 
 SOURCE_FORMAT = "nsys-sqlite"

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from fastrack.chakra import read_bytes
-from fastrack.errors import TraceFormatError
-from fastrack.schema import OpKind
+from fastrack_core.chakra import read_bytes
+from fastrack_core.errors import TraceFormatError
+from fastrack_core.schema import OpKind
 from tracegen.deps.raw import as_frame
 from tracegen.importers import kineto
 from tracegen.importers.common import RawImport, read_head_plain
@@ -98,7 +98,7 @@ class EtFile:
 
 
 def _load_json(path: str) -> Any:
-    data = read_bytes(path)  # gzip or plain, with one-line errors (fastrack.chakra)
+    data = read_bytes(path)  # gzip or plain, with one-line errors (fastrack_core.chakra)
     try:
         return json.loads(data)
     except RecursionError:

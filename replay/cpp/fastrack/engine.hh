@@ -1,4 +1,4 @@
-// Fastrack core: the replay scheduler, bit-exact with replay/engine.py's numba fallback.
+// Fastrack core: the replay scheduler, bit-exact with replay/pipeline/engine.py's numba fallback.
 //
 //   ready[i]  = max(release[i], max over deps: finish[src] + lag  (start[src] + lag for LAUNCH))
 //   start[i]  = max(ready[i], a free server of lane[i], a free server of the pool it holds)
@@ -784,7 +784,7 @@ inline std::vector<std::int64_t> topologicalOrder(const Graph &g) {
     return issue;
 }
 
-// Replay a validated graph. Deterministic; bit-exact with replay.engine.schedule.
+// Replay a validated graph. Deterministic; bit-exact with replay.pipeline.engine.schedule.
 inline Schedule schedule(const Graph &g) {
     const GraphView v = g.view();
     const std::size_t n = g.n();

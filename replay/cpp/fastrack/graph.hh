@@ -5,7 +5,7 @@
 // pool may grow to; per node its lane, duration, order key, release time, barrier group and the
 // pool server it holds (and until which node); the dependencies in CSR form grouped by the
 // dependent node, each with a kind and a lag (ns).
-// docs/gem5.md documents the binary layout; replay/graphfile.py writes it.
+// docs/gem5.md documents the binary layout; replay/exporters/graphfile.py writes it.
 //
 // Reading validates everything a scheduler relies on (magic, version, counts against the file
 // size, references, value ranges) and throws fastrack::FormatError with a message naming the
@@ -24,7 +24,7 @@
 
 namespace fastrack {
 
-// Dependency kinds (fastrack.schema.DepKind).
+// Dependency kinds (fastrack_core.schema.DepKind).
 enum class DepKind : std::uint8_t {
     Program = 0, Launch = 1, Stream = 2, Event = 3, Sync = 4, Collective = 5, Data = 6, Resource = 7,
 };

@@ -9,7 +9,7 @@
 // dimension (a 0-d array counts as one entry) whose elements have the C type's size and a
 // matching struct-module format code in native byte order. An output (a non-const element type)
 // must be writable. Anything else raises TypeError in one style, naming the module function and
-// the array: "replay._build.settle: array lag must be a writable C-contiguous 1-D int64 array".
+// the array: "replay.pipeline._build.settle: array lag must be a writable C-contiguous 1-D int64 array".
 // Buffers are released on every path out (scope exit). No numpy headers are used.
 #pragma once
 

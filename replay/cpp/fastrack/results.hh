@@ -1,6 +1,6 @@
-// Fastrack core: what a replay reports, as replay/results.py computes it.
+// Fastrack core: what a replay reports, as replay/pipeline/results.py computes it.
 //
-// * the critical path (walkPath): replay/results.py's walk, over views, for the Python extension;
+// * the critical path (walkPath): replay/pipeline/results.py's walk, over views, for the Python extension;
 // * makespan: finish.max() - start.min() over all nodes (ReplayResult.makespan_ns); the
 //   simulated time of a gem5 run, whose tick 0 is the earliest start (``origin_ns``);
 // * per rank: finish.max() - start.min() over the rank's nodes;
@@ -35,7 +35,7 @@ struct Summary {
 };
 
 // Walk the critical path backwards from node ``i`` at time ``t`` down to ``t_stop``, adding each
-// stretch of time to one code of ``totals`` (replay/results.py, path_totals): a node's own time
+// stretch of time to one code of ``totals`` (replay/pipeline/results.py, path_totals): a node's own time
 // to node_code[node], the lag of the edge that bound a start to edge_code[edge kind], a
 // pool-server wait to wait_code, a start bound by its release, by its lane or before the first
 // node to release_code. Every nanosecond of (t_stop, t] goes to exactly one code. group_code and

@@ -1,0 +1,158 @@
+"""One replay, as a library call: trace -> graph -> protocol transform -> model -> engine -> result.
+
+This is the single entry point the CLI, sweeps and tests use, so every front end computes the
+same numbers the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from fastrack_core.traceio import Trace, read_trace
+from replay.pipeline.build import GRAPH_COLUMNS, build_graph
+from replay.whatif.dataparallel import DEFAULT_BUCKET_MB, data_parallel_graph
+from replay.pipeline.engine import Schedule, schedule
+from replay.graph import OpGraph
+from replay.names import CAPTURED, NONE
+from replay.plugins import DEFAULT_MODEL
+from replay.pipeline.results import ReplayResult, summarize
+from replay.whatif.scale import check_scales, describe, scale_durations
+
+
+@dataclass
+class Replay:
+    """Everything one replay produced (the graph and schedule too, for timelines)."""
+
+    result: ReplayResult
+    graph: OpGraph
+    schedule: Schedule
+
+
+def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
+                 overrides: Sequence[str] = (), trace_ops: int | None = None,
+                 scales: Mapping[str, float] | None = None) -> Replay:
+    """Replay an already built graph (lets sweeps build a trace's graph once). ``scales``
+    ({kind: factor}, :mod:`replay.whatif.scale`) multiplies op durations before the protocol."""
+    return replay_prepared(prepare(graph, protocol, model, preset, overrides, scales), trace_ops)
+
+
+@dataclass
+class Prepared:
+    """A graph transformed by its protocol, ready for the engine (:func:`prepare`). It holds no
+    reference to the graph it was made from, so a caller that drops its own can free that one
+    before the schedule is computed."""
+
+    graph: OpGraph
+    protocol: str
+    model_info: dict | None
+    scales: dict
+    calibration: object | None
+
+
+def prepare(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
+            overrides: Sequence[str] = (), scales: Mapping[str, float] | None = None) -> Prepared:
+    """The first half of :func:`replay_graph`: what-if scaling and the protocol transform."""
+    scales = check_scales(scales)
+    calibration = graph.calibration
+    graph = scale_durations(graph, scales)
+    model_info = None
+    if protocol != CAPTURED:
+        from replay.plugins import load_model, load_protocol
+
+        hw = load_model(model).from_preset(preset, overrides)
+        transform = load_protocol(protocol)
+        graph = transform(graph, hw)
+        model_info = {"model": model, "preset": hw.preset_name, "params": hw.params, "digest": hw.digest}
+    return Prepared(graph=graph, protocol=protocol, model_info=model_info, scales=scales, calibration=calibration)
+
+
+def replay_prepared(prep: Prepared, trace_ops: int | None = None) -> Replay:
+    """The second half of :func:`replay_graph`: schedule and summarize a :class:`Prepared` graph."""
+    graph, protocol, scales, calibration = prep.graph, prep.protocol, prep.scales, prep.calibration
+    sched = schedule(graph)
+    result = summarize(graph, sched, protocol, trace_ops if trace_ops is not None else graph.n)
+    result.model = prep.model_info
+    result.scales = scales
+    if protocol == CAPTURED:
+        result.notes.append("captured: every op keeps its measured duration; no hardware model applied")
+    if scales:
+        result.notes.append(f"what-if: durations scaled ({describe(scales)}) before the protocol")
+    if calibration is not None:
+        result.calibration = calibration.to_dict()
+        result.notes.extend(calibration.notes())
+    return Replay(result=result, graph=graph, schedule=sched)
+
+
+@dataclass
+class Reference:
+    """What a replay under :data:`~replay.names.NONE` contributes to another protocol's report: its
+    makespan, and its serving metrics when asked for (its graph and schedule are not kept)."""
+
+    makespan_ns: int
+    serving: dict | None
+
+
+def replay_reference(graph: OpGraph, model: str = DEFAULT_MODEL, preset: str | None = None,
+                     overrides: Sequence[str] = (), trace_ops: int | None = None,
+                     scales: Mapping[str, float] | None = None, serving: bool = False) -> Reference:
+    """Replay ``graph`` under :data:`~replay.names.NONE` and keep only what a slowdown needs, so its
+    graph and schedule are freed before the protocol's own replay allocates."""
+    rep = replay_graph(graph, NONE, model, preset, overrides, trace_ops=trace_ops, scales=scales)
+    served = None
+    if serving:
+        from replay.pipeline.serving import serving_metrics
+
+        served = serving_metrics(rep.graph, rep.schedule)
+    return Reference(makespan_ns=rep.result.makespan_ns, serving=served)
+
+
+def open_trace(path: str | os.PathLike, columns: Sequence[str] | None = None) -> Trace:
+    """A Parquet trace, or any format an installed ``fastrack.importers`` plug-in recognises (Kineto
+    JSON, from tracegen) imported in memory. Anything else: the Parquet reader's one-line error,
+    with a hint to convert the file first. ``columns``: read only these of a Parquet trace."""
+    from fastrack_core.errors import TraceFormatError
+    from replay.plugins import importer_for
+
+    path = str(path)
+    if os.path.isfile(path):  # (FIFOs, devices and missing files: the reader's own refusal)
+        importer = importer_for(path)
+        if importer is not None:
+            return importer.load(path)
+    try:
+        return read_trace(path, columns=list(columns) if columns is not None else None)
+    except TraceFormatError as exc:
+        if "not a Parquet file" in str(exc):
+            raise TraceFormatError(f"{exc.args[0]}; if it is a profiler trace of another format, convert it first "
+                                   "(tracegen convert FILE -o trace.parquet)", path=path) from None
+        raise
+
+
+def load_graph(trace: str | os.PathLike | Trace) -> tuple[OpGraph, Trace]:
+    """The graph of a trace, and the trace. A trace read here from a file is read with only the
+    columns the graph needs and comes back without its table (``num_ops``, ``metadata`` and
+    ``path`` stay), so its memory is freed once the graph is built."""
+    if isinstance(trace, Trace):
+        return build_graph(trace), trace
+    read = open_trace(trace, columns=GRAPH_COLUMNS)
+    graph = build_graph(read)
+    return graph, read.drop_columns()
+
+
+def replay_trace(trace: str | os.PathLike | Trace, protocol: str = CAPTURED, model: str = DEFAULT_MODEL,
+                 preset: str | None = None, overrides: Sequence[str] = (),
+                 scales: Mapping[str, float] | None = None) -> Replay:
+    graph, tr = load_graph(trace)
+    return replay_graph(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
+
+
+def replay_data_parallel(trace: str | os.PathLike | Trace, world: int, bucket_mb: float = DEFAULT_BUCKET_MB,
+                         protocol: str = NONE, model: str = DEFAULT_MODEL, preset: str | None = None,
+                         overrides: Sequence[str] = ()) -> Replay:
+    """:func:`replay_trace` of ``trace`` turned into ``world`` data-parallel ranks (:mod:`replay.whatif.dataparallel`)."""
+    graph, tr = load_graph(trace)
+    rep = replay_graph(data_parallel_graph(graph, world, bucket_mb, [protocol]), protocol, model, preset, overrides,
+                       trace_ops=tr.num_ops)
+    rep.result.notes.append(f"data-parallel what-if: {world} rank(s), DDP buckets of {bucket_mb:g} MB")
+    return rep
