@@ -48,6 +48,12 @@ from replay.graph import NO_LANE, LaneType, OpGraph
 NsArray = np.ndarray  # int64 ns
 
 
+# One AES-GCM IV and one 16 B tag per 4 KiB page of encrypted staging memory: the NVIDIA driver's
+# format (open-gpu-kernel-modules, kernel-open/nvidia-uvm/uvm_conf_computing.h); the default of
+# HardwareModel.crypto_page_bytes.
+CRYPTO_PAGE_BYTES = 4096
+
+
 def bytes_ns(nbytes: Any, gb_s: float) -> NsArray:
     """Time to move ``nbytes`` at ``gb_s`` GB/s (1 GB/s = 1 byte/ns), rounded up, exact in integers.
 
@@ -240,7 +246,7 @@ class HardwareModel(abc.ABC):
 
     # ------------------------------------------------------------------- GPU-to-GPU (multi-GPU)
     # Optional: a single-GPU model leaves these alone. Override the three link prices together;
-    # the encrypted multi-GPU protocols also need key_rotation_ns and crypto_page_bytes.
+    # the encrypted multi-GPU protocols also need key_rotation_ns (crypto_page_bytes has a default).
 
     @property
     def prices_links(self) -> bool:
@@ -271,8 +277,10 @@ class HardwareModel(abc.ABC):
 
     @property
     def crypto_page_bytes(self) -> int:
-        """Bytes per AES-GCM page of encrypted GPU-to-GPU staging: one IV and one tag each."""
-        raise self._not_priced("crypto_page_bytes")
+        """Bytes per AES-GCM page of encrypted staging (host<->GPU and GPU-to-GPU): one IV and one
+        tag each. Default :data:`CRYPTO_PAGE_BYTES`, the NVIDIA driver's page; a model whose
+        hardware encrypts in other units overrides it."""
+        return CRYPTO_PAGE_BYTES
 
     def _not_priced(self, what: str) -> PluginError:
         return PluginError(f"hardware model '{self.name}' does not price GPU-to-GPU communication ({what})")

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from fastrack_core.errors import GraphError
 from fastrack_core.schema import DepKind
 from fastrack_core.traceio import Trace, make_table, read_trace, trace_in_memory
-from replay.pipeline import build, causal
+from replay import causal
+from replay.pipeline import build
 from replay.pipeline.run import load_graph
 from tracegen.convert import convert
 from tracegen.synth import random_table

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -219,18 +218,16 @@ def _synthetic(n_launch: int, ranks: int = 2) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def test_vectorized_speed_smoke():
+def test_vectorized_derivation_at_scale():
+    """60,000 launches: every call, kernel and gap is derived (speed is measured by
+    benchmarks/, never asserted here)."""
     raw = _synthetic(60_000)
-    t0 = time.perf_counter()
     table = derive_dependencies(raw)
     assert table.num_rows == 60_000 * 2 + 60_000 - 2  # calls + kernels + gaps
-    assert time.perf_counter() - t0 < 10
 
 
 @pytest.mark.slow
-def test_one_million_ops_in_seconds():
+def test_one_million_ops():
     raw = _synthetic(350_000)  # 1.05M raw rows -> ~1M ops
-    t0 = time.perf_counter()
     table = derive_dependencies(raw)
-    assert table.num_rows > 1_000_000
-    assert time.perf_counter() - t0 < 30
+    assert table.num_rows == 350_000 * 2 + 350_000 - 2

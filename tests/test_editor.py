@@ -16,7 +16,7 @@ from replay.graph import NO_LANE, NODE_FIELDS, OpGraph
 from replay.protocols import editor as editor_module
 from replay.protocols.editor import PROVENANCE, GraphEditor
 from replay.protocols.kinds import CATEGORY, KIND_NAMES, DerivedKind
-from tests.graphs import make_graph
+from graphs import make_graph
 
 KINDS = list(DerivedKind)
 

@@ -99,7 +99,7 @@ def test_every_transformed_graph_is_unchanged(now):
 
 def test_digest_sees_a_change_anywhere():
     """The digest covers edge order and dtypes (a test of the test)."""
-    from tests.graphs import make_graph
+    from graphs import make_graph
 
     g = make_graph(3, [(0, 2, 0, 0), (1, 2, 0, 0)], dur=[1, 2, 3])
     swapped = g.replace(dep_src=g.dep_src[::-1].copy())

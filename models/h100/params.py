@@ -7,13 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from replay.model import DirectParams
-
-
-# Fixed by the driver's encryption format, not a tunable of the model (so not a preset key):
-# one AES-GCM IV and one 16 B tag per 4 KiB page of encrypted staging memory
-# (open-gpu-kernel-modules, kernel-open/nvidia-uvm/uvm_conf_computing.h).
-CRYPTO_PAGE_BYTES = 4096
+# CRYPTO_PAGE_BYTES is fixed by the driver's encryption format, not a tunable of the model (so not
+# a preset key); it is defined once, in the model interface
+from replay.model import CRYPTO_PAGE_BYTES, DirectParams
 
 
 def _f(doc: str, **meta):

@@ -58,9 +58,6 @@ from .editor import GraphEditor, copy_in_edges, lanes_required
 from .kinds import DerivedKind
 from .submit import add_submission, redirect_program
 
-PAGE_BYTES = 4096  # crypto page for models that do not declare ``crypto_page_bytes`` (one IV and tag each, [S3])
-
-
 @dataclass(frozen=True)
 class CCOptions:
     direct: bool = False
@@ -209,7 +206,7 @@ class _DataPath:
                            model.pcie_latency_ns(CopyDir.D2H)).astype(np.int64)
         h2d = h2d_copy[ch.copy]
         crypto = ~direct[ch.copy]
-        page = np.minimum(ch.nbytes, np.int64(getattr(model, "crypto_page_bytes", PAGE_BYTES)))
+        page = np.minimum(ch.nbytes, np.int64(model.crypto_page_bytes))
         parts = _parts(model, opts)
         overhead = int(np.asarray(_ce_ns(model, 0, parts)).item())
         page_cpu = np.where(h2d, model.cpu_encrypt_ns(page), model.cpu_decrypt_ns(page))
