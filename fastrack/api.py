@@ -73,9 +73,11 @@ class capture:
     """
 
     def __init__(self, *, name: str = "capture", emulate: bool | None = None, device: str = "h100-sxm",
-                 skip_steps: int = 0, steps: int | None = None, host_time: str = "modelled",
-                 gpu_speed: float = 1.0, copy_speed: float = 1.0, host_speed: float = 1.0):
+                 skip_steps: int = 0, steps: int | None = None, host_time: str = "script",
+                 gpu_speed: float = 1.0, copy_speed: float = 1.0, host_speed: float = 1.0,
+                 real_clock: bool = False):
         self.name = name
+        self.real_clock = bool(real_clock)
         self._opts = dict(emulate=emulate, device=device, skip_steps=skip_steps, steps=steps, host_time=host_time,
                           gpu_speed=gpu_speed, copy_speed=copy_speed, host_speed=host_speed)
         self.trace: Trace | None = None
@@ -106,7 +108,7 @@ class capture:
                 raise CaptureError("the speed factors only apply to the emulated GPU (emulate=True)")
             self._inner = _ProfiledBlock()
         else:
-            self._inner = _EmulatedBlock(o["device"], o["host_time"], self._speed)
+            self._inner = _EmulatedBlock(o["device"], o["host_time"], self._speed, self.real_clock)
         self._inner.enter()
         return self
 
@@ -131,8 +133,8 @@ class capture:
 
 
 class _EmulatedBlock:
-    def __init__(self, device, host_time, speed):
-        self.device, self.host_time, self.speed = device, host_time, speed
+    def __init__(self, device, host_time, speed, real_clock=False):
+        self.device, self.host_time, self.speed, self.real_clock = device, host_time, speed, real_clock
 
     def enter(self):
         from tracegen.emulation import Recorder, emulated_gpu
@@ -142,7 +144,7 @@ class _EmulatedBlock:
         s = self.speed
         self.rec = Recorder(self.spec, host_time=self.host_time, gpu_speed=s.gpu, copy_speed=s.copy,
                             host_speed=s.host)
-        self.session = emulated_gpu(self.rec)
+        self.session = emulated_gpu(self.rec, real_clock=self.real_clock)
         self.session.__enter__()
 
     def exit(self, *exc):
@@ -151,7 +153,7 @@ class _EmulatedBlock:
     def result(self, name, skip_steps, steps):
         import torch
 
-        from tracegen.capture import capture_metadata, recorder_table, select_steps
+        from tracegen.capture import capture_metadata, host_time_metadata, recorder_table, select_steps
 
         if self.rec.gpu_ops == 0:
             raise CaptureError("the block launched no GPU work (no tensor or module was put on 'cuda' inside it)")
@@ -160,7 +162,8 @@ class _EmulatedBlock:
         meta = capture_metadata(Path(name), name, emulated=True, device_model=self.spec.name, gpu_model=self.spec.gpu_name,
                          torch_version=torch.__version__)
         meta["capture_tool"] = (f"fastrack.capture (emulated GPU, {self.host_time} host time"
-                                f"{self.speed.describe()})")
+                                f"{self.speed.describe()}{', real clock' if self.real_clock else ''})")
+        meta["host_time"] = host_time_metadata(self.rec)
         return table, meta
 
 

@@ -1,6 +1,6 @@
 """Generated sections of documentation files.
 
-A script that writes figures into a doc (benchmarks/validate_model.py, whatif.py, ...) owns the
+A script that writes figures into a doc (benchmarks/validation/validate_model.py, whatif.py, ...) owns the
 text between one begin marker and one end marker of that file, markers included, and nothing
 else. The file is rewritten atomically; a file without exactly one begin marker followed by one
 end marker is refused and left as it is.

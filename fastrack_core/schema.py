@@ -155,6 +155,7 @@ METADATA_FIELDS: dict[str, str] = {
     "trace_name": "str: a human label",
     "created_by": "str: 'fastrack <version>' that wrote the file",
     "capture_notes": "list[str]: what the capture could not reproduce as the hardware would (one line each)",
+    "host_time": "dict[str,scalar]: emulated capture, how host time was made (mode; script mode: calibration, totals)",
 }
 
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -171,6 +172,7 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
     "trace_name": str,
     "created_by": str,
     "capture_notes": list,
+    "host_time": dict,
 }
 
 
@@ -201,6 +203,9 @@ def clean_metadata(meta: dict[str, Any]) -> dict[str, Any]:
             value = [int(v) for v in value]
         if key == "capture_notes":
             value = [str(v) for v in value]
+        if key == "host_time":  # flat: short names, scalar values (docs/capture.md names them)
+            value = {str(k)[:40]: v for k, v in value.items()
+                     if isinstance(v, (str, int, float, bool)) and not (isinstance(v, str) and len(v) > 80)}
         out[key] = value
     out["schema_version"] = SCHEMA_VERSION
     return out

@@ -6,6 +6,12 @@ writes Fastrack Parquet traces; every other command takes the Parquet traces. Ha
 other's input is the commonest mistake, so both say what to run instead
 (:func:`not_a_parquet_trace_hint`, :func:`not_a_profiler_trace_hint`). The hints name the kind of
 file only, never its content.
+
+How many bytes are read is part of each contract, never a silent default: the hints here read
+:data:`HEAD_BYTES`, the length of the longest magic number of this module (a longer magic added
+here lengthens it). The input formats of ``tracegen convert`` and ``replay`` do not use it: each
+declares its own ``sniff_bytes`` and is handed exactly that many leading bytes (the importer
+interface states it); :func:`plain_head` is what a sniffer of gzip-compressed input does with them.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 PARQUET_MAGIC = b"PAR1"  # a Parquet file starts (and ends) with it
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems' own report format (not readable here)
-HEAD_BYTES = 16
+# the bytes :func:`head` reads by default: enough for every magic number above, and no more
+HEAD_BYTES = max(len(GZIP_MAGIC), len(SQLITE_MAGIC), len(PARQUET_MAGIC))
 
 NSYS_REPORT_HINT = ("this is an Nsight Systems report, not its SQLite export; "
                     "run `nsys export --type sqlite` on it first")
@@ -33,6 +40,20 @@ def head(path: str | os.PathLike, n: int = HEAD_BYTES) -> bytes:
         with open(path, "rb") as f:
             return f.read(n)
     except OSError:
+        return b""
+
+
+def plain_head(first: bytes) -> bytes:
+    """A file's first bytes as its reader sees them: gzip-compressed bytes decompressed as far as
+    they go (``b""`` when they are not valid gzip), anything else unchanged. ``first`` holding N
+    bytes of the file gives at most what those N compressed bytes hold."""
+    if not first.startswith(GZIP_MAGIC):
+        return first
+    import zlib
+
+    try:
+        return zlib.decompressobj(wbits=31).decompress(first)
+    except zlib.error:
         return b""
 
 
@@ -73,5 +94,5 @@ def not_a_profiler_trace_hint(path: str | os.PathLike) -> str | None:
 
 
 __all__ = ["GZIP_MAGIC", "SQLITE_MAGIC", "PARQUET_MAGIC", "HEAD_BYTES", "NSYS_REPORT_HINT",
-           "PARQUET_TRACE_HINT", "PARQUET_NOT_PROFILER_HINT", "head",
+           "PARQUET_TRACE_HINT", "PARQUET_NOT_PROFILER_HINT", "head", "plain_head",
            "is_nsys_report", "looks_like_json", "not_a_parquet_trace_hint", "not_a_profiler_trace_hint"]

@@ -24,7 +24,7 @@ plus ``--set section.key=value`` overrides, validated by :mod:`replay.config`, a
 
 A third-party model (say, Blackwell) subclasses :class:`HardwareModel` in its own package, ships
 TOML presets next to it and registers the class under the ``fastrack.models`` entry-point group;
-``docs/model.md`` walks through it.
+``docs/extending.md`` walks through it.
 """
 
 from __future__ import annotations

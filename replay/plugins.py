@@ -10,9 +10,11 @@
 * group ``fastrack.exporters``: ``name = "package.module:OBJECT"``, an
   :class:`replay.exporters.exporter.Exporter` (or a class building one); it becomes the command
   ``replay export-<name>``;
-* group ``fastrack.importers``: ``name = "package.module:OBJECT"``, an object with ``sniff(path) ->
-  bool`` and ``load(path) -> fastrack_core.traceio.Trace``: a trace format ``replay`` reads directly, in
-  memory (tracegen registers ``kineto``: Kineto JSON; replay never imports tracegen by name).
+* group ``fastrack.importers``: ``name = "package.module:OBJECT"``, an input format: a
+  ``tracegen.importers.Importer`` (the interface and its contract are stated there), the same
+  entries ``tracegen convert`` and its ``--format`` read. ``replay`` uses the part it needs, by
+  duck typing (it never imports tracegen): ``sniff_bytes``, ``order``, ``sniff(path, head)`` and
+  ``load(path) -> fastrack_core.traceio.Trace`` (:func:`importer_for`).
 
 Any installed distribution may add entries (``[project.entry-points."fastrack.models"]`` in its
 pyproject.toml); names are unique across distributions. Unknown names raise
@@ -27,13 +29,13 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from fastrack_core.errors import PluginError, shown
+from fastrack_core.sniff import PARQUET_MAGIC, head, is_nsys_report
 
 MODELS_GROUP = "fastrack.models"
 DEFAULT_MODEL = "h100"  # the model every command uses unless told otherwise (shipped with Fastrack)
 PROTOCOLS_GROUP = "fastrack.protocols"
 EXPORTERS_GROUP = "fastrack.exporters"
 IMPORTERS_GROUP = "fastrack.importers"
-PARQUET_MAGIC = b"PAR1"
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,28 +115,56 @@ def load_protocol(name: str, _seen: tuple[str, ...] = ()):
 
 
 def available_importers() -> list[str]:
-    """Names of the installed trace importers (formats replay reads besides Parquet), sorted."""
+    """Names of the installed input formats (``tracegen convert``'s and replay's), sorted."""
     return sorted(_entries(IMPORTERS_GROUP))
 
 
+def load_importer(name: str) -> Any:
+    """The input format registered as ``name`` (a ``tracegen.importers.Importer``, checked here by
+    what replay uses of it)."""
+    obj = load_entry(IMPORTERS_GROUP, "importer", name)
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise PluginError(f"importer '{name}': cannot instantiate {obj.__name__}: {exc}") from exc
+    if not (callable(getattr(obj, "sniff", None)) and callable(getattr(obj, "load", None))):
+        raise PluginError(f"importer '{name}' is {obj!r}, which has no sniff(path, head) and load(path)")
+    n = getattr(obj, "sniff_bytes", None)
+    if not (isinstance(n, int) and n > 0) or not isinstance(getattr(obj, "order", None), int):
+        raise PluginError(f"importer '{name}' ({obj!r}) declares no positive int sniff_bytes and int order")
+    return obj
+
+
+def importers() -> list[Any]:
+    """Every installed input format, in detection order (ascending ``(order, name)``)."""
+    found = [(load_importer(n), n) for n in available_importers()]
+    return [imp for imp, _ in sorted(found, key=lambda pair: (pair[0].order, pair[1]))]
+
+
 def importer_for(path: str) -> Any | None:
-    """The installed importer that recognises ``path``, or None: a Parquet file (the trace format)
-    needs none and scans no plug-in; a file no importer recognises is left to the Parquet reader
-    (whose error says what it is not). An importer that fails to load raises PluginError."""
+    """The installed importer that recognises the file ``path`` (the first, in detection order,
+    whose ``sniff`` accepts the file's first ``sniff_bytes`` bytes), or None: a Parquet file (the
+    trace format) needs none and scans no plug-in, and neither does an Nsight Systems report (the
+    Parquet reader's hint says what to do with it); a file no importer recognises is left to the
+    Parquet reader (whose error says what it is not). A format replay does not read directly is
+    returned too: its ``load`` refuses with one line. An importer that fails to load raises
+    PluginError."""
     try:
         with open(path, "rb") as fh:
             if fh.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
                 return None
     except OSError:
         return None  # the reader reports it
-    for name in available_importers():
-        obj = load_entry(IMPORTERS_GROUP, "importer", name)
-        if not (callable(getattr(obj, "sniff", None)) and callable(getattr(obj, "load", None))):
-            raise PluginError(f"importer '{name}' is {obj!r}, which has no sniff(path) and load(path)")
-        if obj.sniff(path):
-            return obj
+    if is_nsys_report(path):
+        return None
+    found = importers()
+    first = head(path, max((imp.sniff_bytes for imp in found), default=1))
+    for imp in found:
+        if imp.sniff(path, first[: imp.sniff_bytes]):
+            return imp
     return None
 
 
-__all__ = ["installed", "available_importers", "importer_for", "available_models", "available_protocols", "load_model",
+__all__ = ["installed", "available_importers", "importers", "importer_for", "load_importer", "available_models", "available_protocols", "load_model",
            "load_protocol", "ProtocolAlias", "DEFAULT_MODEL", "EXPORTERS_GROUP", "IMPORTERS_GROUP", "MODELS_GROUP", "PROTOCOLS_GROUP"]

@@ -1,4 +1,4 @@
-"""The graph builder as it was before the speed work of issue 16 (commit 447ad94 of replay/pipeline/build.py,
+"""The graph builder as it was before its speed work (commit 447ad94 of replay/pipeline/build.py,
 with the replay/causal.py helpers of that commit): a frozen oracle, kept only so that
 tests/test_build_reference.py can prove that today's :func:`replay.pipeline.build.build_graph` gives the
 very same graphs. Never used by the product; never to be "fixed" (change both only together

@@ -1,17 +1,17 @@
-"""The fast graph builder gives exactly the graphs of the builder before the speed work of issue 16
+"""The fast graph builder gives exactly the graphs of the builder before its speed work
 (tests/build_reference.py, a frozen copy): every OpGraph field, values and dtypes, on the real
 traces of tests/data and on random synthetic traces (one or many ranks, dense or shuffled op ids,
-one or many Arrow chunks, collectives added); plus property tests of the helpers whose algorithm
-changed (segment maxima, lane rows, per-rank tables)."""
+one or many Arrow chunks, collectives added), with both forms of its edge passes (the twins
+numpy / ``replay.pipeline._build``, through tests/twins.py); plus property tests of the helpers
+whose algorithm changed (segment maxima, lane rows, per-rank tables)."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import build_reference
 import numpy as np
 import pyarrow as pa
 import pytest
+import twins
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,49 +19,17 @@ from fastrack_core.errors import GraphError
 from fastrack_core.schema import DepKind
 from fastrack_core.traceio import Trace, make_table, read_trace, trace_in_memory
 from replay import causal
-from replay.pipeline import build
+from replay.pipeline import build, keys
 from replay.pipeline.run import load_graph
 from tracegen.convert import convert
 from tracegen.synth import random_table
 
 
-def assert_same_graph(a, b) -> None:
-    """Every field of two OpGraphs equal: arrays in dtype and value, lanes, names, calibration."""
-    for f in dataclasses.fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(y, np.ndarray):
-            assert isinstance(x, np.ndarray) and x.dtype == y.dtype, f"{f.name}: {getattr(x, 'dtype', x)} vs {y.dtype}"
-            assert np.array_equal(x, y), f"field {f.name} differs"
-        elif f.name == "lanes":
-            for lf in dataclasses.fields(y):
-                u, v = getattr(x, lf.name), getattr(y, lf.name)
-                if isinstance(v, np.ndarray):
-                    assert u.dtype == v.dtype and np.array_equal(u, v), f"lanes.{lf.name} differs"
-                else:
-                    assert u == v, f"lanes.{lf.name} differs"
-        elif f.name == "calibration":
-            assert x == y and x.to_dict() == y.to_dict()
-        else:
-            assert x == y, f"field {f.name} differs"
-
-
-NATIVE = build._native  # replay.pipeline._build, when it is built (setup.py build_ext --inplace)
-
-
-@pytest.fixture(params=["native", "numpy"])
-def edge_passes(request, monkeypatch):
-    """Both forms of the builder's edge passes: the compiled one (skipped where it is not built)
-    and its numpy twin."""
-    if request.param == "native" and NATIVE is None:
-        pytest.skip("replay.pipeline._build is not built")
-    monkeypatch.setattr(build, "_native", NATIVE if request.param == "native" else None)
-    return request.param
-
-
 def both(trace):
-    got = build.build_graph(trace)
-    assert_same_graph(got, build_reference.build_graph(trace))
-    return got
+    """The graph of ``trace`` from both forms of the builder's edge passes (the numpy reference and
+    the compiled ``replay.pipeline._build`` where it is built; tests/twins.py), equal to each other
+    and to the frozen builder's, every field (arrays in dtype and value, lanes, names, calibration)."""
+    return twins.agree("build", lambda: build.build_graph(trace), expect=build_reference.build_graph(trace))
 
 
 def memory_trace(table):
@@ -117,11 +85,11 @@ def chunked(table, cuts):
     return pa.concat_tables([table.slice(a, b - a) for a, b in zip(edges, edges[1:]) if b > a])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 1500), seed=st.integers(0, 2**31), ranks=st.integers(1, 4), streams=st.integers(1, 5),
        variant=st.sampled_from(["plain", "shuffled", "collectives", "chunked", "sliced", "all"]),
        spread=st.sampled_from([0, 3_000, 20_000, 200_000]))
-def test_random_traces_build_the_same_graph(edge_passes, n, seed, ranks, streams, variant, spread):
+def test_random_traces_build_the_same_graph(n, seed, ranks, streams, variant, spread):
     rng = np.random.default_rng(seed)
     table = random_table(max(n, ranks), seed, ranks=ranks, streams=streams)
     if spread:
@@ -152,35 +120,34 @@ def real_traces(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["a100_cuda_event_sync_tiny.json.gz", "h100_bert_small_uncased.json.gz",
                                   "v100_dlrm_8rank"])
-def test_real_traces_build_the_same_graph(edge_passes, real_traces, name):
+def test_real_traces_build_the_same_graph(real_traces, name):
     path = real_traces[name]
     g = both(read_trace(path))
     if name == "v100_dlrm_8rank":  # the barrier groups and rank clock shifts are exercised
         assert g.group.max() >= 0 and len(set(g.rank.tolist())) == 8
-    # load_graph reads only the columns the graph needs and drops them afterwards: same graph
-    lean, tr = load_graph(path)
-    assert_same_graph(lean, g)
-    assert tr.num_ops == g.n and tr.table.num_columns == 0 and tr.metadata == read_trace(path).metadata
+
+    def lean():  # load_graph reads only the columns the graph needs and drops them afterwards: same graph
+        graph, tr = load_graph(path)
+        return graph, tr.num_ops, tr.table.num_columns, tr.metadata
+
+    twins.agree("build", lean, expect=(g, g.n, 0, read_trace(path).metadata))
 
 
 def test_graph_columns_are_all_a_build_reads():
     table = random_table(300, 5, ranks=2, streams=3)
     lean = table.select(list(build.GRAPH_COLUMNS))  # anything else missing would raise KeyError
-    assert_same_graph(build.build_graph(memory_trace(table)), build.build_graph(
-        Trace(table=lean, metadata={}, path=None)))
+    twins.assert_same(build.build_graph(memory_trace(table)), build.build_graph(Trace(table=lean, metadata={}, path=None)))
 
 
-def test_errors_are_the_same(edge_passes):
+def test_errors_are_the_same():
     base = random_table(50, 1).to_pydict()
     dangling = dict(base, deps=[*base["deps"][:-1], [10_000]], dep_kinds=[*base["dep_kinds"][:-1], [0]])
     loop = dict(base, deps=[*base["deps"][:-1], [49]], dep_kinds=[*base["dep_kinds"][:-1], [0]])
     for cols in (dangling, loop):
         trace = memory_trace(make_table(cols))
-        with pytest.raises(GraphError) as new:
-            build.build_graph(trace)
-        with pytest.raises(GraphError) as old:
-            build_reference.build_graph(trace)
-        assert str(new.value) == str(old.value)
+        old = twins.outcome(lambda t=trace: build_reference.build_graph(t), (GraphError,))
+        assert isinstance(old, twins.Raised) and old.type == "GraphError"
+        twins.agree("build", lambda t=trace: build.build_graph(t), expect=old)
 
 
 # --- the helpers whose algorithm changed -----------------------------------------------------------
@@ -229,8 +196,10 @@ def test_per_rank_tables_match_their_definitions(samples, q):
         assert np.array_equal(got, build_reference.causal.lookup(table, probe, default))
 
 
-@pytest.mark.skipif(NATIVE is None, reason="replay.pipeline._build is not built")
+@twins.needs_native("build")
 def test_native_passes_refuse_wrong_arrays():
+    from replay.pipeline import _build as NATIVE
+
     ptr = np.array([0, 0, 1], np.int64)
     src, kinds = np.array([0], np.int64), np.array([int(DepKind.LAUNCH)], np.uint8)
     start = finish = np.zeros(2, np.int64)
@@ -269,15 +238,13 @@ def test_rank_clock_shifts_are_the_medians(n, data):
     assert got.dtype == np.int64 and np.array_equal(got, build_reference._rank_clock_shifts(group, rank, finish))
 
 
-@pytest.mark.skipif(NATIVE is None, reason="replay.pipeline._build is not built here (setup.py build_ext --inplace)")
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-2**63, 2**63 - 1) | st.integers(0, 5), max_size=60))
-def test_compiled_encode_equals_arrow_dictionary_encoding(values):
-    """The lane rows' hashing: replay.pipeline._build.encode gives Arrow's dictionary encoding exactly
-    (distinct values in order of first appearance, int32 codes)."""
+def test_encode_equals_arrow_dictionary_encoding(values):
+    """The lane rows' hashing (replay.pipeline.keys.encode): compiled (``replay.pipeline._build.encode``)
+    or not, Arrow's dictionary encoding exactly (distinct values in order of first appearance,
+    int32 codes)."""
     v = np.asarray(values, np.int64)
     enc = pa.Array.from_buffers(pa.int64(), v.size, [None, pa.py_buffer(v)]).dictionary_encode()
-    codes = np.empty(v.size, np.int32)
-    first = np.frombuffer(NATIVE.encode(v, codes), np.int64)
-    assert first.tolist() == enc.dictionary.to_pylist()
-    assert codes.tolist() == enc.indices.to_pylist()
+    twins.agree("build", lambda: keys.encode(v), expect=(np.array(enc.dictionary.to_pylist(), np.int64),
+                                                         np.array(enc.indices.to_pylist(), np.int32)))

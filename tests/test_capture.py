@@ -85,7 +85,7 @@ for step in range(3):
 def test_emulated_training_capture(emu, tmp_path):
     res, out = _capture(_script(tmp_path, TRAIN))
     assert res.exit_code == 0, res.output
-    assert "emulated h100-sxm" in res.output and "loss 0.0" in res.output
+    assert "emulated h100-sxm" in res.output and "loss 1.0" in res.output
     t = read_trace(out)
     assert t.metadata["emulated"] is True and t.metadata["device_model"] == "h100-sxm"
     assert t.metadata["source_format"] == "capture-emulated"
@@ -200,7 +200,7 @@ end.record()
 end.synchronize()
 assert start.elapsed_time(end) > 0
 vals = d.cpu().tolist()
-assert vals[0][0] == 0.0 and int(d.argmax()) == 1024 * 1024 // 2   # large: stand-ins (reads.py)
+assert vals[0][0] == 1.0 and int(d.argmax()) == 1024 * 1024 // 2   # large: stand-ins (reads.py)
 assert d.float().cpu().numpy().shape == (1024, 1024)
 sel = a[a > 0]                      # data-dependent size: every element assumed selected
 assert sel.shape == (1024 * 1024,)
@@ -485,7 +485,7 @@ def test_modelled_host_time_is_the_named_costs(emu, tmp_path):
     c = b + b                                  # 1 kernel
     d = c.sum()                                # 1 kernel
     """
-    res, out = _capture(_script(tmp_path, body))
+    res, out = _capture(_script(tmp_path, body), "--host-time", "modelled")
     assert res.exit_code == 0, res.output
     df = _df(out)
     host = _host_ops(df)
@@ -510,7 +510,7 @@ def test_modelled_module_call_copy_and_sync(emu, tmp_path):
     y = lin(x)                                              # module call + mm
     print(y.sum().item())
     """
-    res, out = _capture(_script(tmp_path, body))
+    res, out = _capture(_script(tmp_path, body), "--host-time", "modelled")
     assert res.exit_code == 0, res.output
     df = _df(out)
     host = _host_ops(df)

@@ -1,5 +1,5 @@
-"""benchmarks/capture_accuracy.py: the held-out parameter handling (fast) and that the accuracy
-block of docs/capture.md is what the script writes today (slow: ten emulated captures)."""
+"""benchmarks/validation/capture_accuracy.py: the held-out parameter handling (fast) and that the accuracy
+block of docs/capture-accuracy.md is what the script writes today (slow: ten emulated captures)."""
 
 import importlib.util
 from pathlib import Path
@@ -13,7 +13,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("capture_accuracy", ROOT / "benchmarks" / "capture_accuracy.py")
+    spec = importlib.util.spec_from_file_location("capture_accuracy", ROOT / "benchmarks" / "validation" / "capture_accuracy.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -56,6 +56,6 @@ def test_kernel_classes_of_real_kernel_names():
 @pytest.mark.slow
 def test_docs_accuracy_block_is_current():
     b = _bench()
-    text = (ROOT / "docs" / "capture.md").read_text()
+    text = (ROOT / "docs" / "capture-accuracy.md").read_text()
     a, e = text.index(b.BEGIN), text.index(b.END) + len(b.END)
-    assert text[a:e] == b.build(DATA), "regenerate with: python benchmarks/capture_accuracy.py"
+    assert text[a:e] == b.build(DATA), "regenerate with: python benchmarks/validation/capture_accuracy.py"

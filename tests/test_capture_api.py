@@ -1,4 +1,4 @@
-"""tracegen capture (emulation): the CUDA API beyond tensors and modules (issue 13 item 4):
+"""tracegen capture (emulation): the CUDA API beyond tensors and modules:
 device indices and DataParallel, torch.Stream/Event/Generator on cuda, the default device,
 memory statistics, NVTX ranges as markers, legacy tensor types, record_stream, and the one-line
 refusal of an API the emulation does not cover."""
@@ -22,11 +22,11 @@ def emu():
     return emulation
 
 
-def _capture(tmp_path, body: str, name="work.py"):
+def _capture(tmp_path, body: str, name="work.py", opts=()):
     script = tmp_path / name
     script.write_text(textwrap.dedent(body))
     out = script.with_suffix(".parquet")
-    res = CliRunner().invoke(tracegen_main, ["capture", "-o", str(out), str(script)], catch_exceptions=False)
+    res = CliRunner().invoke(tracegen_main, ["capture", "-o", str(out), *opts, str(script)], catch_exceptions=False)
     return res, out
 
 
@@ -129,7 +129,7 @@ def test_memory_statistics_fraction_legacy_types_record_stream(emu, tmp_path):
     torch.cuda.nvtx.range_push("record_stream")
     b.record_stream(s)                              # allocator bookkeeping: nothing recorded
     torch.cuda.nvtx.range_pop()
-    """)
+    """, opts=("--host-time", "modelled"))  # nothing between two markers: no script time
     assert res.exit_code == 0, res.output
     n_keys = 5 + 1 + 9 * 3 * 4 + 2 * 4  # counters, max_split_size, per-pool stats, oversize stats
     assert f"keys {n_keys} 0 -1 0 0" in res.output and "fraction refused" in res.output

@@ -1,4 +1,4 @@
-"""tracegen capture (emulation): CUDA graphs as the hardware runs them (issue 13 item 5). Capture
+"""tracegen capture (emulation): CUDA graphs as the hardware runs them. Capture
 records the graph's GPU work and runs none of it; each replay is one cudaGraphLaunch call on the
 host and the graph's ops on the GPU; the replay side reads each launch as one submission."""
 

@@ -1,4 +1,4 @@
-"""Emulated capture launches the kernels a CUDA GPU launches (issue 13 item 3): free views,
+"""Emulated capture launches the kernels a CUDA GPU launches: free views,
 fused dropout, nn.MultiheadAttention / nn.Transformer* under autocast and the SDPA choice,
 grouped-query attention on the flash kernel, cuDNN RNNs."""
 

@@ -41,8 +41,9 @@ HOST = ["cpu", "runtime"]
 
 def _capture(script, *opts):
     out = script.parent / f"tiny{'_'.join(o.strip('-') for o in opts)}.parquet"
-    res = CliRunner().invoke(tracegen_main, ["capture", "--overwrite", "-o", str(out), *opts, str(script)],
-                             catch_exceptions=False)
+    # exact durations: the deterministic modelled host time (script time is measured)
+    res = CliRunner().invoke(tracegen_main, ["capture", "--overwrite", "--host-time", "modelled", "-o", str(out),
+                                             *opts, str(script)], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     return read_trace(out)
 

@@ -1,4 +1,4 @@
-"""CLI conventions (issue 15, item 6): replay list, --json on every reporting command, -q/-v,
+"""CLI conventions: replay list, --json on every reporting command, -q/-v,
 help on every option of both tools, shell completion of protocol and preset names, and the
 README's command examples run with the options they show."""
 

@@ -136,8 +136,8 @@ def test_metadata_secrets_do_not_leak(tmp_path):
 
 
 def test_sqlite_input_routes_to_nsys(tmp_path, monkeypatch):
-    """Detection picks the importer from the format table by the file's first bytes."""
-    from tracegen.importers import FORMATS, Importer
+    """Detection picks the importer from the registry by the file's first bytes."""
+    from tracegen.importers import KINETO, NSYS
 
     db = tmp_path / "prof.sqlite"
     db.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
@@ -145,19 +145,29 @@ def test_sqlite_input_routes_to_nsys(tmp_path, monkeypatch):
 
     def read(paths):
         seen.append(list(paths))
-        return FORMATS["kineto"].read([TINY])
+        return KINETO.read([str(TINY)])
 
-    monkeypatch.setitem(FORMATS, "nsys", Importer(FORMATS["nsys"].sniff, read))
+    monkeypatch.setattr(NSYS, "read", read)
     res = run("convert", db, "-o", tmp_path / "o.parquet")
     assert res.exit_code == 0, res.output
     assert seen == [[str(db)]]
 
 
-def test_format_choices_are_the_format_table():
+def test_format_choices_help_and_error_come_from_the_registry(tmp_path):
     from tracegen.convert import FORMATS_CHOICES
-    from tracegen.importers import FORMATS
+    from tracegen.importers import format_names, formats
 
-    assert FORMATS_CHOICES == ("auto", *FORMATS)
+    names = format_names()
+    assert {"chakra", "pytorch-et", "kineto", "nsys"} <= set(names)
+    assert FORMATS_CHOICES == ("auto", *names)
+    help_text = " ".join(run("convert", "--help").output.split())
+    bad = tmp_path / "odd.bin"
+    bad.write_bytes(b"\x07not a trace of any kind")
+    res = run("convert", bad, "-o", tmp_path / "o.parquet")
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1 and "odd.bin" in res.stderr
+    for name, importer in formats().items():
+        assert f"{name}: {importer.description}" in help_text, name
+        assert f"{name}: {importer.description}" in res.stderr, name
 
 
 def test_detect_format():
@@ -242,7 +252,9 @@ def fifo(tmp_path):
 
 def test_fifo_input_is_refused_not_read(tmp_path, fifo):
     out = tmp_path / "o.parquet"
-    for fmt in ("auto", "kineto", "nsys"):
+    from tracegen.convert import FORMATS_CHOICES
+
+    for fmt in FORMATS_CHOICES:  # "auto" and every installed format
         _one_line(run("convert", fifo, "-o", out, "--format", fmt), "pipe.json", "FIFO")
     assert not out.exists()
 

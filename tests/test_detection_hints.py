@@ -1,7 +1,8 @@
-"""A file of the wrong kind gets one line that says what to run instead (issue 15, item 3):
+"""A file of the wrong kind gets one line that says what to run instead:
 an Nsight Systems report to ``tracegen convert`` (export it to SQLite first, whatever --format),
-a Kineto JSON trace (plain or gzip) to ``replay`` (convert it first), a Parquet trace to
-``tracegen convert`` (it already is one). Exit code 2, nothing written, no file content echoed."""
+an input of a format replay does not read directly to ``replay`` (convert it first), a Parquet
+trace to ``tracegen convert`` (it already is one). Exit code 2, nothing written, no file content
+echoed. "Whatever --format" is every installed format (the importer registry), not a hand list."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from click.testing import CliRunner
 from replay.frontend.cli import main as replay_main
 from tracefactory import op, write
 from tracegen.cli import main as tracegen_main
+from tracegen.convert import FORMATS_CHOICES  # "auto" and every installed format
 
 KINETO = {"schemaVersion": 1, "traceEvents": [
     {"ph": "X", "cat": "kernel", "name": "secret_kernel_name", "pid": 0, "tid": 7, "ts": 1, "dur": 2,
@@ -39,7 +41,7 @@ def _nsys_report(tmp_path: Path) -> Path:
     return rep
 
 
-@pytest.mark.parametrize("fmt", ["auto", "nsys", "kineto"])
+@pytest.mark.parametrize("fmt", FORMATS_CHOICES)
 def test_convert_nsys_report_says_export_to_sqlite_first(tmp_path, fmt):
     rep, out = _nsys_report(tmp_path), tmp_path / "t.parquet"
     res = CliRunner().invoke(tracegen_main, ["convert", "--format", fmt, str(rep), "-o", str(out)])
@@ -49,8 +51,8 @@ def test_convert_nsys_report_says_export_to_sqlite_first(tmp_path, fmt):
 
 @pytest.mark.parametrize("name,gz", [("t.json", False), ("t.json.gz", True), ("renamed.bin", True)])
 def test_replay_reads_kineto_json_directly(tmp_path, name, gz):
-    """Issue 16 supersedes the 'run tracegen convert first' hint: replay imports Kineto JSON in
-    memory through the fastrack.importers entry point (docs/performance.md)."""
+    """No 'run tracegen convert first' hint for Kineto JSON: replay imports it in memory through
+    the fastrack.importers entry point (docs/architecture.md, "Trace formats replay reads directly")."""
     src = tmp_path / name
     data = json.dumps(KINETO).encode()
     src.write_bytes(gzip.compress(data) if gz else data)
@@ -78,7 +80,7 @@ def test_replay_on_other_garbage_keeps_the_parquet_message(tmp_path):
 def test_convert_on_a_parquet_trace_says_it_already_is_one(tmp_path):
     trace = write(tmp_path / "t.parquet", [op("cpu", "work", 0, 10, thread=1)])
     out = tmp_path / "again.parquet"
-    for fmt in ("auto", "kineto", "nsys"):
+    for fmt in FORMATS_CHOICES:
         res = CliRunner().invoke(tracegen_main, ["convert", "--format", fmt, str(trace), "-o", str(out)])
         _one_line_exit_2(res, trace, "already a Fastrack trace", "no conversion")
         assert not out.exists()

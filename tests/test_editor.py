@@ -1,14 +1,14 @@
 """GraphEditor.build against a plain reference: every batch materialised per node, every edge put
 through one stable sort by dependent (what the editor computed before its linear merge).
 Hypothesis draws the base graph and a sequence of edits; the built graphs must agree on every
-field, edge order included."""
+field, edge order included, with both forms of the edge merge (the twins numpy /
+``replay.protocols._edit``, through tests/twins.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
+import twins
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,17 +19,6 @@ from replay.protocols.kinds import CATEGORY, KIND_NAMES, DerivedKind
 from graphs import make_graph
 
 KINDS = list(DerivedKind)
-
-# the compiled edge merge (replay/cpp/edit_module.cpp) and the numpy merge it stands in for
-MERGES = ["numpy"] + (["compiled"] if editor_module._edit is not None else [])
-
-
-@pytest.fixture(params=MERGES)
-def merge(request, monkeypatch):
-    if request.param == "numpy":
-        monkeypatch.setattr(editor_module, "_edit", None)
-    return request.param
-
 
 class ReferenceEditor:
     """The editor's contract, written the obvious way."""
@@ -97,15 +86,6 @@ class ReferenceEditor:
                        kind_names={**g.kind_names, **KIND_NAMES}, hold_lane=hold_lane, hold_until=hold_until)
 
 
-def assert_same_graph(a: OpGraph, b: OpGraph) -> None:
-    for f in dataclasses.fields(OpGraph):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and np.array_equal(x, y), f.name
-        elif f.name != "lanes":
-            assert x == y, f.name
-
-
 @st.composite
 def base_graphs(draw):
     n = draw(st.integers(1, 12))
@@ -170,15 +150,19 @@ def _apply(ed, ops) -> OpGraph:
     return ed.build()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_build_equals_reference(merge, data):
+def test_build_equals_reference(data):
     g = data.draw(base_graphs())
     ops = data.draw(edits(g))
-    assert_same_graph(_apply(GraphEditor(g), ops), _apply(ReferenceEditor(g), ops))
+    twins.agree("edit", lambda: _apply(GraphEditor(g), ops), expect=_apply(ReferenceEditor(g), ops))
 
 
-def test_input_graph_untouched_and_batches_snapshot_their_arrays(merge):
+def test_input_graph_untouched_and_batches_snapshot_their_arrays():
+    twins.agree("edit", _untouched_and_snapshot)
+
+
+def _untouched_and_snapshot():
     g = make_graph(3, [(0, 1, 0, 5), (1, 2, 0, 0)], dur=[1, 2, 3])
     before = {f: getattr(g, f).copy() for f in NODE_FIELDS}
     ed = GraphEditor(g)
@@ -195,17 +179,12 @@ def test_input_graph_untouched_and_batches_snapshot_their_arrays(merge):
     # dependent 0 gets its new edge; dependent 2 keeps its old edge first, then the new one
     assert out.dep_ptr.tolist() == [0, 1, 2, 4, 4, 4]
     assert out.dep_src.tolist() == [4, 0, 1, 3] and out.dep_lag.tolist() == [8, 5, 0, 7]
+    return out
 
 
-def test_compiled_merge_is_built_where_a_compiler_is():
-    """setup.py builds the accelerator (CI has gcc); a missing one is a build problem to notice,
-    not a reason for the numpy fallback to go untested (the fixture above runs both)."""
-    import shutil
-
-    if shutil.which("g++") is None and shutil.which("c++") is None:
-        pytest.skip("no C++ compiler here")
-    if editor_module._edit is None:
-        pytest.skip("replay.protocols._edit not built (python setup.py build_ext --inplace)")
+@twins.needs_native("edit")
+def test_compiled_merge_refuses_an_edge_to_no_node():
+    """(That the module is built wherever it can be: tests/test_native_engine.py.)"""
     g = make_graph(2, [(0, 1, 0, 0)])
     with pytest.raises(ValueError, match="dependent is not a node"):
         editor_module._edit.merge_edges(g.dep_ptr, g.dep_src, g.dep_kind, g.dep_lag,

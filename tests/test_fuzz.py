@@ -1,4 +1,4 @@
-"""The fuzzer of benchmarks/fuzz.py as tests: a short seeded run by default, the 2,000-case CI run
+"""The fuzzer of benchmarks/tools/fuzz.py as tests: a short seeded run by default, the 2,000-case CI run
 in the slow pass (docs/robustness.md)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-FUZZ = Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz.py"
+FUZZ = Path(__file__).resolve().parent.parent / "benchmarks" / "tools" / "fuzz.py"
 
 
 def _run(cases: int, seed: int, timeout: float) -> dict:

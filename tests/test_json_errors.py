@@ -1,5 +1,5 @@
-"""A JSON syntax error is reported by position, never by the bytes around it (issue 16 item 5:
-real traces embed tokens, and the parser's own message quotes the input)."""
+"""A JSON syntax error is reported by position, never by the bytes around it (real
+traces embed tokens, and the parser's own message quotes the input)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 Python whole-file path gives (``json`` via ``jsonwhole.parse_whole``, then ``kineto._collect``),
 value by value and type by type, or declines (None) and lets that path run: on the real traces
 of tests/data, on generated documents with odd field types, escapes, duplicate keys and odd
-numbers, on damaged documents, and down to the Parquet that ``tracegen convert`` writes."""
+numbers, on damaged documents, and down to the Parquet that ``tracegen convert`` writes. Both
+paths run through tests/twins.py (pair ``kineto``, switched by ``FASTRACK_NO_NATIVE_JSON``), which
+compares type by type (1, 1.0 and True differ; dict order kept)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ import json
 import math
 import random
 import struct
+import tempfile
 from pathlib import Path
+from unittest import mock
 
 import pyarrow.parquet as pq
 import pytest
+import twins
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -25,36 +30,20 @@ from tracegen.importers import jsonwhole, kineto, kinetoscan
 
 DATA = Path(__file__).parent / "data"
 DEPTH = kineto.MAX_JSON_DEPTH
-built = pytest.mark.skipif(kinetoscan._compiled is None, reason="extension not built")
+built = twins.needs_native("kineto")
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-def _typed(x):
-    """A value with the type of every part spelled out (1, 1.0 and True differ; dict order kept)."""
-    if isinstance(x, (list, tuple)):
-        return (type(x).__name__, [_typed(v) for v in x])
-    if isinstance(x, dict):
-        return ("dict", [(_typed(k), _typed(v)) for k, v in x.items()])
-    if isinstance(x, float) and math.isnan(x):
-        return ("float", "nan")
-    return (type(x).__name__, repr(x))
-
-
-def _outcome(data: bytes, native: bool, monkeypatch) -> tuple:
+def _outcome(data: bytes) -> tuple:
     """(path taken, what the whole-file reader gives for ``data``): rows, event count, members
-    before the events, bare, last event end; or ("error", message) from ``_collect``; or None
-    (the file would be streamed)."""
-    with monkeypatch.context() as m:
-        if native:
-            m.delenv(kinetoscan.ENV_SWITCH, raising=False)
-        else:
-            m.setenv(kinetoscan.ENV_SWITCH, "1")
-        doc = jsonwhole.parse_whole(data, DEPTH, kineto._CATS)
+    before the events, bare, last event end; or the error from ``_collect``; or None (the file
+    would be streamed)."""
+    doc = jsonwhole.parse_whole(data, DEPTH, kineto._CATS)
     if doc is None:
         return "none", None
     fd = kineto._FileData(path="t.json", rank=0, world_size=None, head={}, num_events=0)
     if doc.rows is not None:
-        assert native and doc.events is None
+        assert kinetoscan.enabled() and doc.events is None
         path = "native"
         n, fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc = doc.rows
     else:
@@ -62,17 +51,16 @@ def _outcome(data: bytes, native: bool, monkeypatch) -> tuple:
         try:
             n = kineto._collect("t.json", doc.events, fd)
         except TraceFormatError as exc:
-            return path, ("error", str(exc))
-    return path, _typed((doc.before, doc.bare, doc.last_event_end, n, fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc))
+            return path, twins.Raised.of(exc)
+    return path, (doc.before, doc.bare, doc.last_event_end, n, fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc)
 
 
-def _same(data: bytes, monkeypatch) -> str:
+def _same(data: bytes) -> str:
     """Both ways give the same; the path the native side took."""
-    path, nat = _outcome(data, True, monkeypatch)
-    ppath, py = _outcome(data, False, monkeypatch)
-    assert ppath in ("python", "none")
-    assert nat == py
-    return path
+    got = twins.run("kineto", lambda: _outcome(data), errors=())  # (_outcome keeps the error of _collect)
+    twins.compare(got, view=lambda out: out[1])
+    assert got["python"][0] in ("python", "none")
+    return got["native"][0]
 
 
 def test_category_codes_are_the_scanners():
@@ -96,27 +84,22 @@ KINETO_FILES = ["a100_cuda_event_sync_tiny.json.gz", "h100_bert_small_uncased.js
                 *(f"v100_dlrm_8rank/{p.name}" for p in sorted((DATA / "v100_dlrm_8rank").iterdir()))]
 
 
-def _fd_outcome(path: Path, native: bool, monkeypatch):
-    with monkeypatch.context() as m:
-        if native:
-            m.delenv(kinetoscan.ENV_SWITCH, raising=False)
-        else:
-            m.setenv(kinetoscan.ENV_SWITCH, "1")
-        fd = kineto._read_file(str(path))
-    return _typed((fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc, fd.head, fd.num_events, fd.rank, fd.world_size))
+def _file_data(path: Path) -> tuple:
+    fd = kineto._read_file(str(path))
+    return fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc, fd.head, fd.num_events, fd.rank, fd.world_size
 
 
 @built
 @pytest.mark.parametrize("name", KINETO_FILES)
-def test_real_traces_identical(monkeypatch, name):
+def test_real_traces_identical(name):
     data = gzip.decompress((DATA / name).read_bytes())
-    assert _same(data, monkeypatch) == "native"  # read by the scanner, not declined
-    assert _fd_outcome(DATA / name, True, monkeypatch) == _fd_outcome(DATA / name, False, monkeypatch)
+    assert _same(data) == "native"  # read by the scanner, not declined
+    twins.agree("kineto", lambda: _file_data(DATA / name))
 
 
 @built
 @pytest.mark.parametrize("name", KINETO_FILES[:2])
-def test_real_traces_damaged(monkeypatch, name):
+def test_real_traces_damaged(name):
     """A cut, a replaced byte, garbage after the end: declined, or the same result."""
     data = gzip.decompress((DATA / name).read_bytes())
     rng = random.Random(16)
@@ -125,7 +108,7 @@ def test_real_traces_damaged(monkeypatch, name):
         pos = rng.randrange(len(data))
         cases.append(data[:pos])
         cases.append(data[:pos] + bytes([rng.choice(b'{}[]",:0-.eE \\\x01\x80\xff')]) + data[pos + 1:])
-    paths = {_same(d, monkeypatch) for d in cases}
+    paths = {_same(d) for d in cases}
     assert "native" in paths  # whitespace around the document, and byte flips inside a string
 
 
@@ -291,27 +274,27 @@ SEEDS = st.integers(0, 2**64)
 @built
 @settings(max_examples=400, **SETTINGS)
 @given(SEEDS)
-def test_generated_documents_identical(monkeypatch, seed):
+def test_generated_documents_identical(seed):
     """Odd fields, escapes, keys twice, odd numbers: declined or the same, type by type."""
     doc = _document(seed)
     note(repr(doc))
-    _same(doc, monkeypatch)
+    _same(doc)
 
 
 @built
-def test_generated_documents_are_mostly_read_natively(monkeypatch):
+def test_generated_documents_are_mostly_read_natively():
     """The property above is not vacuous: most generated documents take the compiled path."""
-    paths = [_same(_document(seed), monkeypatch) for seed in range(200)]
+    paths = [_same(_document(seed)) for seed in range(200)]
     assert paths.count("native") > len(paths) // 2, paths.count("native")
 
 
 @built
 @settings(max_examples=200, **SETTINGS)
 @given(SEEDS)
-def test_realistic_events_are_never_declined(monkeypatch, seed):
+def test_realistic_events_are_never_declined(seed):
     doc = _document(seed, _realistic_event)
     note(repr(doc))
-    assert _same(doc, monkeypatch) == "native"
+    assert _same(doc) == "native"
 
 
 @built
@@ -319,24 +302,24 @@ def test_realistic_events_are_never_declined(monkeypatch, seed):
 @given(SEEDS, st.integers(0, 2**32), st.integers(0, 2),
        st.sampled_from([b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x01", b"[", b"}", b",",
                         b'"', b"\\", b"N", b"x", b"]", b"{}", b"\x00", b"NaN"]))
-def test_damaged_documents(monkeypatch, seed, pos, how, junk):
+def test_damaged_documents(seed, pos, how, junk):
     """A cut, a replaced byte, garbage after the end: declined, or the same result; never a crash."""
     doc = _document(seed)
     pos %= len(doc) + 1
     doc = doc[:pos] if how == 0 else doc[:pos] + junk + doc[pos + 1:] if how == 1 else doc + junk
     note(repr(doc))
-    _same(doc, monkeypatch)
+    _same(doc)
 
 
 @built
 @settings(max_examples=200, **SETTINGS)
 @given(st.binary(max_size=6))
-def test_string_bytes_checked_as_strict_utf8(monkeypatch, raw):
+def test_string_bytes_checked_as_strict_utf8(raw):
     """Any bytes inside a string (a kept or a skipped one): read natively only if Python's strict
     UTF-8 decoder and ``json`` accept them."""
     for field in (b"name", b"junk"):
         doc = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "' + field + b'": "a' + raw + b'"}]}'
-        _same(doc, monkeypatch)
+        _same(doc)
 
 
 @built
@@ -387,9 +370,9 @@ EVENT_OK = b'{"ph": "X", "cat": "cuda_runtime", "name": "n", "pid": 1, "tid": 1,
     b'{"traceEvents": [{"ts": 1.}]}', b'{"traceEvents": [{"ts": .5}]}', b'{"traceEvents": [{"ts": +1}]}',
     b'{"traceEvents": [{"ts": 1e}]}', b'{"traceEvents": [{"ts": -}]}', b'{"traceEvents": [{"ts": tru}]}',
 ])
-def test_declined_or_same(monkeypatch, doc):
+def test_declined_or_same(doc):
     """What json, parse_whole or _collect refuse is declined (the Python path then decides)."""
-    path = _same(doc, monkeypatch)
+    path = _same(doc)
     assert path != "native", doc
     assert kinetoscan._compiled.scan(doc, kineto._CATS) is None  # the scanner alone, without the guard
 
@@ -404,79 +387,68 @@ def test_declined_or_same(monkeypatch, doc):
     b'{"traceEvents": [{"cat": 5}, {"cat": null}, {"cat": true}, {}, {"cat": "Trace"}]}',
     b'{"traceEvents": [{"cat": "user_annotation", "ph": "X", "name": "nccl:all_reduce", "ts": 8999999999999999999, "dur": 1E2}]}',
 ])
-def test_read_natively_and_same(monkeypatch, doc):
-    assert _same(doc, monkeypatch) == "native", doc
+def test_read_natively_and_same(doc):
+    assert _same(doc) == "native", doc
 
 
 # ---------------------------------------------------------------- end to end
 
 
-def _convert(src: Path, out: Path, native: bool, monkeypatch) -> bytes:
-    with monkeypatch.context() as m:
-        if native:
-            m.delenv(kinetoscan.ENV_SWITCH, raising=False)
-        else:
-            m.setenv(kinetoscan.ENV_SWITCH, "1")
-        r = CliRunner().invoke(main, ["convert", str(src), "-o", str(out)])
+def _convert(src: Path, folder: Path) -> tuple:
+    """The bytes and the table ``tracegen convert`` writes (into a new folder under ``folder``)."""
+    out = Path(tempfile.mkdtemp(dir=folder)) / "t.parquet"
+    r = CliRunner().invoke(main, ["convert", str(src), "-o", str(out)])
     assert r.exit_code == 0, r.output
-    return out.read_bytes()
+    return out.read_bytes(), pq.read_table(out)
 
 
 @built
 @pytest.mark.parametrize("name", ["a100_cuda_event_sync_tiny.json.gz", "h100_bert_small_uncased.json.gz",
                                   pytest.param("h100_qwen1.5_0.5b_chat.json.gz", marks=pytest.mark.slow),
                                   pytest.param("v100_dlrm_8rank", marks=pytest.mark.slow)])
-def test_convert_writes_the_same_bytes(monkeypatch, tmp_path, name):
-    a = _convert(DATA / name, tmp_path / "native.parquet", True, monkeypatch)
-    b = _convert(DATA / name, tmp_path / "python.parquet", False, monkeypatch)
-    assert a == b
-    assert pq.read_table(tmp_path / "native.parquet").equals(pq.read_table(tmp_path / "python.parquet"),
-                                                             check_metadata=True)
+def test_convert_writes_the_same_bytes(tmp_path, name):
+    twins.agree("kineto", lambda: _convert(DATA / name, tmp_path))
 
 
 # ---------------------------------------------------------------- the streaming path
 
 
-def _stream_outcome(path: Path, native: bool, chunk: int, monkeypatch) -> tuple:
-    """(whether the compiled scanner read the events, the streaming reader's result or error)."""
-    used = []
+def _stream_same(path: Path, chunk: int) -> bool:
+    """The streaming reader gives the same rows, head and tail keys, or the same error, with the
+    compiled scanner as with ijson; whether the compiled scanner read the events."""
     real = kinetoscan.stream
-    with monkeypatch.context() as m:
-        m.setattr(kineto, "WHOLE_FILE_MAX_BYTES", 0)  # always streamed
-        m.setattr(kineto, "CHUNK", chunk)
-        m.setattr(kinetoscan, "stream", lambda *a, **k: used.append(1) or (r := real(*a, **k)) is not None and used.append(2) or r)
-        if native:
-            m.delenv(kinetoscan.ENV_SWITCH, raising=False)
-        else:
-            m.setenv(kinetoscan.ENV_SWITCH, "1")
-        try:
-            fd = kineto._read_file(str(path))
-            out = _typed((fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc, fd.head, fd.num_events, fd.rank, fd.world_size))
-        except TraceFormatError as exc:
-            out = ("error", str(exc))
-    return 2 in used, out
+    read = []  # per call of the compiled scanner: whether it read the events (else it declined)
 
+    def spy(*a, **k):
+        got = real(*a, **k)
+        read.append(got is not None)
+        return got
 
-def _stream_same(path: Path, chunk: int, monkeypatch) -> bool:
-    used, nat = _stream_outcome(path, True, chunk, monkeypatch)
-    unused, ijson_ = _stream_outcome(path, False, chunk, monkeypatch)
-    assert not unused and nat == ijson_
-    return used
+    def streamed():
+        read.clear()
+        return twins.outcome(lambda: _file_data(path), (TraceFormatError,)), any(read)
+
+    with mock.patch.object(kineto, "WHOLE_FILE_MAX_BYTES", 0), mock.patch.object(kineto, "CHUNK", chunk), \
+            mock.patch.object(kinetoscan, "stream", spy):  # always streamed, in chunks of ``chunk``
+        got = twins.run("kineto", streamed)
+    twins.compare(got, view=lambda out: out[0])
+    assert not got["python"][1]
+    return got["native"][1]
 
 
 @built
 @pytest.mark.parametrize("chunk", [97, 4096, 1 << 18])
 @pytest.mark.parametrize("name", KINETO_FILES[:2] + KINETO_FILES[3:4])
-def test_streaming_real_traces_identical(monkeypatch, name, chunk):
+def test_streaming_real_traces_identical(name, chunk):
     """The streaming reader gives the same with the compiled scanner as with ijson, events cut
     anywhere by the chunks."""
-    assert _stream_same(DATA / name, chunk, monkeypatch)
+    assert _stream_same(DATA / name, chunk)
 
 
 @built
 @settings(max_examples=150, **SETTINGS)
 @given(SEEDS, st.sampled_from([5, 64, 1 << 18]), st.booleans(), st.integers(0, 3))
-def test_streaming_generated_documents_identical(monkeypatch, tmp_path, seed, chunk, gz, damage):
+def test_streaming_generated_documents_identical(tmp_path, seed, chunk, gz, damage):
     """Generated documents (odd fields, keys twice, top-level keys after the events), whole or
     damaged, plain or gzip: the same rows, head and tail keys, or the same error message."""
     doc = _document(seed)
@@ -487,20 +459,20 @@ def test_streaming_generated_documents_identical(monkeypatch, tmp_path, seed, ch
     note(repr(doc))
     path = tmp_path / ("t.json.gz" if gz else "t.json")
     path.write_bytes(gzip.compress(doc) if gz else doc)
-    _stream_same(path, chunk, monkeypatch)
+    _stream_same(path, chunk)
 
 
 @built
-def test_streaming_mostly_native(monkeypatch, tmp_path):
+def test_streaming_mostly_native(tmp_path):
     """The property above is not vacuous, and realistic documents with events are never declined."""
     used = []
     for seed in range(60):
         path = tmp_path / f"g{seed}.json"
         path.write_bytes(_document(seed))
-        used.append(_stream_same(path, 64, monkeypatch))
+        used.append(_stream_same(path, 64))
         doc = _document(seed, _realistic_event)
         if b'"ph"' in doc:  # at least one event
             path = tmp_path / f"r{seed}.json"
             path.write_bytes(doc)
-            assert _stream_same(path, 64, monkeypatch), doc
+            assert _stream_same(path, 64), doc
     assert sum(used) > len(used) // 3, sum(used)

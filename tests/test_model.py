@@ -11,7 +11,7 @@ from fastrack_h100 import H100Model
 from graphs import HandGraph
 from handgraph import round_model, round_raw
 from replay.graph import NO_LANE, LaneType
-from replay.model import HardwareModel, bytes_ns
+from replay.model import CRYPTO_PAGE_BYTES, HardwareModel, bytes_ns
 from replay.plugins import available_models, available_protocols, load_model, load_protocol
 
 
@@ -162,8 +162,9 @@ def test_multi_gpu_half_of_the_interface():
     assert m.prices_links and m.default_allreduce == "ring" and m.crypto_page_bytes == 4096
     single = SingleGpuModel.from_dict(round_raw())
     assert not single.prices_links and single.default_allreduce == "ring"
+    assert single.crypto_page_bytes == CRYPTO_PAGE_BYTES == 4096  # a default: the single-GPU CC path uses it too
     for call in (lambda: single.link_ns(10, 2), lambda: single.link_gb_s(2), lambda: single.link_latency_ns(2),
-                 lambda: single.key_rotation_ns(10, 1), lambda: single.crypto_page_bytes):
+                 lambda: single.key_rotation_ns(10, 1)):
         with pytest.raises(PluginError, match="'single-gpu' does not price GPU-to-GPU communication"):
             call()
 
@@ -216,7 +217,7 @@ def _validate_module():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "validate_model.py"
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "validation" / "validate_model.py"
     spec = importlib.util.spec_from_file_location("validate_model", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -244,12 +245,12 @@ def test_validate_model_replaces_only_between_markers(tmp_path):
 
 
 @pytest.mark.slow
-def test_docs_model_section_8_is_current():
-    """docs/model.md section 8 is what benchmarks/validate_model.py computes today."""
+def test_docs_validation_section_is_current():
+    """The generated block of docs/validation.md is what benchmarks/validation/validate_model.py computes today."""
     from pathlib import Path
 
     from fastrack_core.docsection import between, read_section
 
     mod = _validate_module()
-    doc = Path(__file__).resolve().parent.parent / "docs" / "model.md"
+    doc = Path(__file__).resolve().parent.parent / "docs" / "validation.md"
     assert read_section(doc, mod.BEGIN, mod.END) == between(mod.BEGIN, mod.section("h100-sxm"), mod.END)

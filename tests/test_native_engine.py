@@ -1,8 +1,9 @@
 """The compiled core (``replay.pipeline._engine``, replay/cpp) against the numba engine (replay/pipeline/engine_numba.py).
 
-The C++ scheduler is used when it imports; the numba kernels are kept only because they give
-identical results (docs/performance.md, "Compiled core"). These tests run the same inputs through
-both, in one process (``replay.pipeline.engine.use_engine``), and compare every field of the Schedule
+The C++ scheduler and critical-path walk are the reference (docs/architecture.md, "Twins"); the
+numba kernels are the fallback of an install without a C++ compiler and must give identical
+results. The cases run through the shared harness (tests/twins.py, pair ``engine``: both engines
+in one process, ``replay.pipeline.engine.use_engine``), which compares every field of the Schedule
 (values and dtypes), the issue order, the acyclicity check, the critical path (with the graph's
 categories and with callers' own codes) and the GraphError messages: hand-made graphs with every
 rule and every error, the random graphs of test_gem5_export, hand-made traces through whole
@@ -10,8 +11,8 @@ replays, and a hypothesis property over random graphs with barrier groups, pools
 STREAM lags, shared and in-order lanes, multi-server lanes, release times and tied order keys
 (cycles and pool errors included).
 
-``test_the_extension_is_built`` fails when a C++ compiler and the Python headers exist but the
-extension does not import: CI, which installs with ``pip install -e .``, proves the build.
+``test_the_extensions_are_built`` fails when a C++ compiler and the Python headers exist but an
+extension module does not import: CI, which installs with ``pip install -e .``, proves the build.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import twins
 from hypothesis import given, settings, strategies as st
 
 from fastrack_core.errors import ConfigError, GraphError
@@ -37,79 +39,34 @@ from replay.graph import LaneType
 from replay.pipeline.results import critical_path, path_totals
 
 ROOT = Path(__file__).resolve().parent.parent
-FIELDS = ("start", "finish", "crit_pred", "bound_by", "order", "slot_wait", "lane_servers")
 F = DepKind.SYNC
 POOL = LaneType.BOUNCE_POOL
 SHARED = LaneType.COPY_ENGINE
+needs_native = twins.needs_native("engine")
 
 
-def _can_build() -> str | None:
-    """Why setup.py could not build the extension here, or None when it could."""
-    if not any(shutil.which(c) for c in (os.environ.get("CXX") or "g++", "g++", "c++", "clang++")):
-        return "no C++ compiler (g++, c++, clang++ or $CXX)"
-    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
-        return "no Python development headers (Python.h)"
-    return None
-
-
-try:
-    from replay.pipeline import _engine as NATIVE
-except ImportError:  # the test below says whether that is acceptable
-    NATIVE = None
-
-needs_native = pytest.mark.skipif(NATIVE is None, reason="replay.pipeline._engine is not built (see test_the_extension_is_built)")
-
-
-def test_the_extension_is_built():
-    why = _can_build()
-    if NATIVE is None and why is not None:
-        pytest.skip(f"setup.py cannot build replay.pipeline._engine on this machine: {why}")
-    assert NATIVE is not None, ("replay.pipeline._engine does not import although it can be built here: run "
-                                "`pip install -e .` or `python setup.py build_ext --inplace`")
-    if os.environ.get(engine.ENGINE_VAR, "auto") in ("", "auto", "native") and not os.environ.get("FASTRACK_NO_JIT"):
+@pytest.mark.parametrize("pair", sorted(twins.PAIRS))
+def test_the_extensions_are_built(pair):
+    module = twins.PAIRS[pair].module
+    why = twins.why_not_buildable()
+    if not twins.built(pair) and why is not None:
+        pytest.skip(f"setup.py cannot build {module} on this machine: {why}")
+    assert twins.built(pair), (f"{module} does not import although it can be built here: run "
+                               "`pip install -e .` or `python setup.py build_ext --inplace`")
+    if pair == "engine" and os.environ.get(engine.ENGINE_VAR, "auto") in ("", "auto", "native") \
+            and not os.environ.get("FASTRACK_NO_JIT"):
         assert engine.engine_name() == "native"
 
 
-@pytest.fixture
-def engines():
-    """Run ``fn()`` under each engine: {'native': result or GraphError message, 'numba': ...}."""
-    if NATIVE is None:
-        pytest.skip("replay.pipeline._engine is not built (see test_the_extension_is_built)")
-    before = engine.engine_name()
-
-    def run(fn):
-        out = {}
-        for name in ("native", "numba"):
-            engine.use_engine(name)
-            try:
-                out[name] = fn()
-            except GraphError as e:
-                out[name] = ("GraphError", str(e))
-        return out
-
-    yield run
-    engine.use_engine(before)
-
-
 def _replay(g):
-    """Everything the engine and the critical path give for ``g``."""
-    s = engine.schedule(g)
+    """Everything the engine and the critical path give for ``g`` (or the error and whether the
+    graph is acyclic)."""
+    try:
+        s = engine.schedule(g)
+    except GraphError as e:
+        return {"error": twins.Raised.of(e), "acyclic": engine.is_acyclic(g)}
     return {"schedule": s, "issue": engine.topological_order(g), "acyclic": engine.is_acyclic(g),
             "critical_path": critical_path(g, s)}
-
-
-def assert_identical(got: dict):
-    a, b = got["native"], got["numba"]
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        assert a == b
-        return
-    for k in FIELDS:
-        x, y = getattr(a["schedule"], k), getattr(b["schedule"], k)
-        assert x.dtype == y.dtype, k
-        assert np.array_equal(x, y), k
-    assert np.array_equal(a["issue"], b["issue"]) and a["issue"].dtype == b["issue"].dtype
-    assert a["acyclic"] == b["acyclic"] is True
-    assert a["critical_path"] == b["critical_path"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,10 +96,10 @@ ERRORS = {
 
 
 @pytest.mark.parametrize("name", sorted(HAND))
-def test_hand_made_graphs(engines, name):
-    got = engines(lambda: _replay(HAND[name]))
-    assert_identical(got)
-    s = got["native"]["schedule"]
+def test_hand_made_graphs(name):
+    got = twins.agree("engine", lambda: _replay(HAND[name]))
+    assert got["acyclic"] is True
+    s = got["schedule"]
     if name == "pool waits":  # the rule is exercised: node 2 waits 9 ns for node 1's slot
         assert s.slot_wait.tolist() == [0, 0, 9, 0]
     if name == "pool grows":
@@ -150,35 +107,37 @@ def test_hand_made_graphs(engines, name):
 
 
 @pytest.mark.parametrize("name", sorted(ERRORS))
-def test_errors_have_the_same_messages(engines, name):
+def test_errors_have_the_same_messages(name):
     g = ERRORS[name]
-    got = engines(lambda: engine.schedule(g))
-    assert isinstance(got["native"], tuple) and got["native"] == got["numba"], got
+    got = twins.agree("engine", lambda: engine.schedule(g))
+    assert isinstance(got, twins.Raised) and got.type == "GraphError", got
     if name != "pool return before the take":
-        assert engines(lambda: engine.topological_order(g)) == got
-        assert engines(lambda: engine.is_acyclic(g)) == {"native": False, "numba": False}
+        twins.agree("engine", lambda: engine.topological_order(g), expect=got)
+        twins.agree("engine", lambda: engine.is_acyclic(g), expect=False)
 
 
-def test_is_acyclic_with_extra_edges(engines):
+def test_is_acyclic_with_extra_edges():
     chain = graph([1, 1, 1, 1], deps=[(0, 1, F, 0), (1, 2, F, 0)], group=[-1, -1, 5, 5])
     for src, dst, want in (([2], [0], False), ([3], [0], False), ([0], [3], True), ([], [], True)):
-        got = engines(lambda s=src, d=dst: engine.is_acyclic(chain, np.array(s, np.int64), np.array(d, np.int64)))
-        assert got == {"native": want, "numba": want}
+        twins.agree("engine", lambda s=src, d=dst: engine.is_acyclic(chain, np.array(s, np.int64), np.array(d, np.int64)),
+                    expect=want)
 
 
 # ---------------------------------------------------------------------------------------------
 # random graphs and whole replays
 
 
+@needs_native
 @pytest.mark.parametrize("seed", range(12))
-def test_random_graphs_of_the_gem5_tests(engines, seed):
+def test_random_graphs_of_the_gem5_tests(seed):
     from test_gem5_export import random_graph
 
     g = random_graph(seed, n=int(np.random.default_rng(seed).integers(1, 400)))
-    assert_identical(engines(lambda: _replay(g)))
+    assert twins.agree("engine", lambda: _replay(g))["acyclic"] is True
 
 
-def test_own_path_codes(engines):
+@needs_native
+def test_own_path_codes():
     """path_totals with int64 codes of the caller's own (what replay.pipeline.serving passes)."""
     from test_gem5_export import random_graph
 
@@ -191,13 +150,13 @@ def test_own_path_codes(engines):
         return path_totals(g, s, last, int(s.finish[last]), int(s.start.min()), codes,
                            np.arange(5, 5 + len(DepKind), dtype=np.int64), 5 + len(DepKind), 3, 4).tolist()
 
-    got = engines(walk)
-    assert got["native"] == got["numba"] and sum(got["native"]) > 0
+    assert sum(twins.agree("engine", walk)) > 0
 
 
+@needs_native
 @pytest.mark.parametrize("protocol", ["captured", "baseline", "fastrack"])
 @pytest.mark.parametrize("trace", ["launch_trace", "two_rank_collective"])
-def test_whole_replays(engines, tmp_path, protocol, trace):
+def test_whole_replays(tmp_path, protocol, trace):
     import test_build
     from replay.pipeline.run import replay_trace
     from tracefactory import write
@@ -206,10 +165,10 @@ def test_whole_replays(engines, tmp_path, protocol, trace):
 
     def run():
         rep = replay_trace(path, protocol=protocol)
-        return {"schedule": rep.schedule, "issue": engine.topological_order(rep.graph), "acyclic": True,
-                "critical_path": rep.result.to_dict()}
+        return {"schedule": rep.schedule, "issue": engine.topological_order(rep.graph),
+                "result": rep.result.to_dict()}
 
-    assert_identical(engines(run))
+    twins.agree("engine", run)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,30 +213,11 @@ def any_graphs(draw):
                  order=[10 * k for k in draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))])
 
 
-@pytest.mark.skipif(NATIVE is None, reason="replay.pipeline._engine is not built (see test_the_extension_is_built)")
+@needs_native
 @settings(max_examples=150, deadline=None)
 @given(any_graphs())
 def test_both_engines_agree_on_random_graphs(g):
-    before = engine.engine_name()
-    got = {}
-    try:
-        for name in ("native", "numba"):
-            engine.use_engine(name)
-            try:
-                r = _replay(g)
-                got[name] = (r["schedule"], r["issue"], r["critical_path"],
-                             {k: getattr(r["schedule"], k).dtype for k in FIELDS})
-            except GraphError as e:
-                got[name] = ("GraphError", str(e), engine.is_acyclic(g))
-    finally:
-        engine.use_engine(before)
-    a, b = got["native"], got["numba"]
-    if a[0] == "GraphError" or b[0] == "GraphError":
-        assert a == b
-        return
-    for k in FIELDS:
-        assert np.array_equal(getattr(a[0], k), getattr(b[0], k)), k
-    assert np.array_equal(a[1], b[1]) and a[2] == b[2] and a[3] == b[3]
+    twins.agree("engine", lambda: _replay(g))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,6 +226,8 @@ def test_both_engines_agree_on_random_graphs(g):
 
 @needs_native
 def test_wrong_arrays_are_refused_not_read():
+    from replay.pipeline import _engine as NATIVE
+
     g = HAND["lanes"]
     arrays = list(engine._arrays(g))
     out = (np.empty(g.n, np.int64), np.empty(g.n, np.int64), np.empty(g.n, np.int64), np.empty(g.n, np.int8),
@@ -340,7 +282,7 @@ def test_a_replay_does_not_import_numba(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]  # the switch does reach the numba kernels
 
 
-@pytest.mark.skipif(_can_build() is not None, reason=f"no C++ toolchain: {_can_build()}")
+@pytest.mark.skipif(twins.why_not_buildable() is not None, reason=f"no C++ toolchain: {twins.why_not_buildable()}")
 @pytest.mark.parametrize("module", ["engine_module.cpp", "build_module.cpp", "edit_module.cpp"])
 def test_the_extension_source_is_warning_free(module):
     """Each extension module, the core and fastrack/pybuffer.hh it includes compile under the
@@ -420,7 +362,7 @@ def test_the_core_has_one_home():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_can_build() is not None, reason=f"no C++ toolchain: {_can_build()}")
+@pytest.mark.skipif(twins.why_not_buildable() is not None, reason=f"no C++ toolchain: {twins.why_not_buildable()}")
 def test_an_sdist_ships_the_core_and_builds_it(tmp_path):
     """``setup.py sdist`` carries the headers and the module source (MANIFEST.in), and the
     extension builds from the unpacked sdist alone."""

@@ -19,12 +19,38 @@ from handgraph import round_model
 from replay.pipeline.engine import schedule
 from replay.graph import Category, OpGraph
 from replay.pipeline.results import critical_path, summarize
-from replay.plugins import load_protocol
+from replay.names import NONE
+from replay.plugins import PROTOCOLS_GROUP, ProtocolAlias, available_protocols, load_entry, load_protocol
 from replay.protocols import DerivedKind
+from replay.protocols.cc import CCProtocol
 
-TEE = ["baseline", "fastrack", "fastrack:direct", "fastrack:auth", "fastrack:overlap"]
-ALL = ["none"] + TEE
-FIXES = ["fastrack", "fastrack:direct", "fastrack:auth", "fastrack:overlap"]
+
+def _own_names() -> list[str]:
+    """Every installed protocol under its own name (the registry, so that a new protocol is tested
+    without editing this file). Aliases are left out: each names another protocol, tested under its
+    own name, or a multi-GPU system with options, which refuses a graph without collectives
+    (tests/test_multigpu.py)."""
+    return [p for p in available_protocols() if not isinstance(load_entry(PROTOCOLS_GROUP, "protocol", p), ProtocolAlias)]
+
+
+def _is_cc(name: str) -> bool:
+    """Whether the protocol's host<->GPU side is the H100 CC data path (replay/protocols/cc.py):
+    what CC adds to a copy (CE and CPU crypto stages, the host waiting for the copy) is checked on those."""
+    obj = load_protocol(name)
+    return isinstance(obj, CCProtocol) or isinstance(getattr(obj, "host", None), CCProtocol)
+
+
+TEE = [p for p in _own_names() if p != NONE]  # every TEE protocol installed
+ALL = [NONE] + TEE
+CC = [p for p in TEE if _is_cc(p)]
+FIXES = [p for p in TEE if p.partition(":")[0] == "fastrack"]  # Fastrack, and each of its fixes alone
+
+
+def test_the_protocol_lists_are_the_registry():
+    assert NONE in available_protocols() and {"baseline", "fastrack", "ppcie"} <= set(TEE)
+    assert "cc-multi" not in TEE  # an alias of baseline
+    assert set(FIXES) >= {"fastrack", "fastrack:direct", "fastrack:auth", "fastrack:overlap"}
+    assert set(CC) >= {"baseline", "ppcie", *FIXES}
 
 
 def run(graph: OpGraph, protocol: str, model=None):
@@ -522,7 +548,7 @@ def test_bytes_conserved_per_copy(seed):
     for p in ALL:
         out, _ = run(g, p)
         assert _stage_bytes(out, DerivedKind.PCIE) == want, p
-        if p != "none":
+        if p in CC:
             assert not np.any(out.kind == DerivedKind.GPU_AUTH), p  # no separate authentication stage
             ce = {**_stage_bytes(out, DerivedKind.CE_DECRYPT), **_stage_bytes(out, DerivedKind.CE_ENCRYPT)}
             assert ce == want, p
@@ -569,7 +595,7 @@ def test_one_call_launching_two_copies():
     a = h.copy(1_000_000, CopyDir.H2D, 0, r)
     b = h.copy(500_000, CopyDir.D2H, 1, r)
     nxt = h.cpu(10)
-    for p in TEE:
+    for p in CC:
         out, s = run(h.build(), p)
         assert s.start[nxt] >= max(s.finish[a], s.finish[b]), p
         waits = np.flatnonzero(out.kind == DerivedKind.SYNC_WAIT)

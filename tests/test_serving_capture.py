@@ -168,7 +168,7 @@ def test_validate_serving_quick_writes_between_the_markers(tmp_path):
 
     doc = tmp_path / "serving.md"
     doc.write_text("head\n<!-- validate_serving:begin -->\nold\n<!-- validate_serving:end -->\ntail\n")
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_serving.py"), "--quick", "--write",
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validation" / "validate_serving.py"), "--quick", "--write",
                         str(doc)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     text = doc.read_text()
@@ -176,7 +176,7 @@ def test_validate_serving_quick_writes_between_the_markers(tmp_path):
     assert "| 1 |" in text and "opt" not in text.split("### 3.")[0]
     bad = tmp_path / "nomarkers.md"
     bad.write_text("nothing\n")
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_serving.py"), "--quick", "--write",
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validation" / "validate_serving.py"), "--quick", "--write",
                         str(bad)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and bad.read_text() == "nothing\n"
 

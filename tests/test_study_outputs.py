@@ -1,4 +1,4 @@
-"""A study's output is never shared, destroyed or left unresumable (issue 16 item 3)."""
+"""A study's output is never shared, destroyed or left unresumable."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Holistic Trace Analysis reads a replay timeline (issue 15, item 1): its temporal breakdown and
+"""Holistic Trace Analysis reads a replay timeline: its temporal breakdown and
 its critical-path analysis run on what ``replay --timeline`` writes.
 
 Optional: skipped unless HTA is installed (``pip install '.[hta]'``), and slow (HTA parses with

@@ -41,7 +41,8 @@ from fastrack_core.traceio import write_trace
 from tracegen.ranks import MAX_NPROC
 
 DEVICES = ("h100-sxm", "h100-pcie")
-HOST_TIME_MODES = ("modelled", "measured")  # tracegen.emulation.hosttime.MODES
+HOST_TIME_MODES = ("script", "modelled", "measured")  # tracegen.emulation.hosttime.MODES
+DEFAULT_HOST_TIME = "script"  # tracegen.emulation.hosttime.DEFAULT_MODE
 
 
 # ----------------------------------------------------------------------------- running the script
@@ -103,11 +104,15 @@ def recorder_table(rec) -> pa.Table:
 
 
 def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_steps: int = 0,
-                     steps: int | None = None, name: str | None = None, host_time: str = "modelled",
+                     steps: int | None = None, name: str | None = None, host_time: str = DEFAULT_HOST_TIME,
                      gpu_speed: float = 1.0, copy_speed: float = 1.0,
-                     host_speed: float = 1.0) -> tuple[pa.Table, dict[str, Any]]:
+                     host_speed: float = 1.0, real_clock: bool = False) -> tuple[pa.Table, dict[str, Any]]:
     """Run ``script`` on the emulated GPU ``device``; return the trace table and its metadata.
-    ``host_time``: ``modelled`` (named per-op host costs) or ``measured`` (this machine's time).
+    ``real_clock``: the script's ``time`` module reads this machine's clock instead of the emulated
+    one (:mod:`tracegen.emulation.clock`).
+    ``host_time``: ``script`` (the script's own Python measured as thread CPU time and scaled to
+    the target host, torch operators modelled), ``modelled`` (named per-op host costs only) or
+    ``measured`` (this machine's wall time); :mod:`tracegen.emulation.hosttime`.
     ``gpu_speed``/``copy_speed``/``host_speed``: what-if factors (:mod:`tracegen.emulation.speed`)."""
     import torch
 
@@ -115,7 +120,7 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
 
     spec, path, speed = _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, host_speed)
     rec = Recorder(spec, host_time=host_time, gpu_speed=speed.gpu, copy_speed=speed.copy, host_speed=speed.host)
-    with emulated_gpu(rec):
+    with emulated_gpu(rec, real_clock=real_clock):
         run_script(path, script_args)
     if rec.gpu_ops == 0:
         raise CaptureError("the script launched no GPU work (no tensor or module was put on 'cuda'); "
@@ -123,10 +128,19 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
     table = select_steps(recorder_table(rec), skip_steps, steps, launch_latency_ns=spec.launch_latency_ns)
     meta = capture_metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
                      torch_version=torch.__version__)
-    meta["capture_tool"] = f"fastrack tracegen capture (emulated GPU, {host_time} host time{speed.describe()})"
+    meta["capture_tool"] = (f"fastrack tracegen capture (emulated GPU, {host_time} host time{speed.describe()}"
+                            f"{', real clock' if real_clock else ''})")
+    meta["host_time"] = host_time_metadata(rec)
     if rec.notes:
         meta["capture_notes"] = list(rec.notes)
     return table, meta
+
+
+def host_time_metadata(rec) -> dict[str, Any]:
+    """The trace metadata's ``host_time``: the mode, and in ``script`` mode the calibration and
+    the totals (:meth:`tracegen.emulation.scripttime.ScriptTime.as_metadata`; docs/capture.md)."""
+    stats = rec.clock.stats
+    return stats.as_metadata() if stats is not None else {"mode": rec.clock.mode}
 
 
 def _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, host_speed):
@@ -145,7 +159,7 @@ def _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, 
 
 
 def capture_distributed(script, script_args=(), *, nproc: int, device: str = "h100-sxm", skip_steps: int = 0,
-                        steps: int | None = None, name: str | None = None, host_time: str = "modelled",
+                        steps: int | None = None, name: str | None = None, host_time: str = DEFAULT_HOST_TIME,
                         gpu_speed: float = 1.0, copy_speed: float = 1.0,
                         host_speed: float = 1.0) -> tuple[pa.Table, dict[str, Any]]:
     """``--nproc N``: N emulated ranks of a torch.distributed script, one multi-rank trace
@@ -159,7 +173,7 @@ def capture_distributed(script, script_args=(), *, nproc: int, device: str = "h1
                           copy_speed=speed.copy, host_speed=speed.host, skip_steps=skip_steps, steps=steps)
     meta = capture_metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
                      torch_version=torch.__version__)
-    meta.update(world_size=nproc, ranks=list(range(nproc)))
+    meta.update(world_size=nproc, ranks=list(range(nproc)), host_time={"mode": host_time})
     meta["capture_tool"] = (f"fastrack tracegen capture (emulated GPU, {nproc} ranks, in-process "
                             f"torch.distributed backend, {host_time} host time{speed.describe()})")
     return table, meta
@@ -249,9 +263,10 @@ def capture_metadata(path: Path, name, *, emulated: bool, device_model, gpu_mode
 
 
 def capture(script, script_args=(), *, emulate: bool | None = None, device: str = "h100-sxm", skip_steps: int = 0,
-            steps: int | None = None, name: str | None = None, host_time: str = "modelled",
+            steps: int | None = None, name: str | None = None, host_time: str = DEFAULT_HOST_TIME,
             gpu_speed: float = 1.0, copy_speed: float = 1.0,
-            host_speed: float = 1.0, nproc: int | None = None) -> tuple[pa.Table, dict[str, Any]]:
+            host_speed: float = 1.0, nproc: int | None = None,
+            real_clock: bool = False) -> tuple[pa.Table, dict[str, Any]]:
     """Capture ``script``: the profiler path on a real GPU, else (or with ``emulate=True``) emulation.
     The speed factors apply to emulation only; a real GPU refuses any other than 1. ``nproc``:
     that many emulated ranks of a torch.distributed script (emulation only)."""
@@ -266,6 +281,8 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
         if not emulate:
             raise CaptureError("--nproc runs emulated ranks (--emulate); on real GPUs start the script with "
                                "torchrun under the profiler and convert its per-rank traces (tracegen convert)")
+        if real_clock:
+            raise CaptureError("--real-clock is not available with --nproc (the ranks read the emulated clock)")
         return capture_distributed(script, script_args, nproc=nproc, device=device, skip_steps=skip_steps,
                                    steps=steps, name=name, host_time=host_time, gpu_speed=speed.gpu,
                                    copy_speed=speed.copy, host_speed=speed.host)
@@ -279,7 +296,7 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
         return capture_profiler(script, script_args, skip_steps=skip_steps, steps=steps, name=name)
     return capture_emulated(script, script_args, device=device, skip_steps=skip_steps, steps=steps, name=name,
                             host_time=host_time, gpu_speed=speed.gpu, copy_speed=speed.copy,
-                            host_speed=speed.host)
+                            host_speed=speed.host, real_clock=real_clock)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -298,9 +315,10 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
               help="GPU model the emulation prices ops for")
 @click.option("--emulate/--no-emulate", default=None,
               help="emulate the GPU (default when torch.cuda.is_available() is False) or profile the real one")
-@click.option("--host-time", type=click.Choice(HOST_TIME_MODES), default="modelled", show_default=True,
-              help="emulation: host time from named per-op costs of a GPU server (modelled) or "
-                   "as measured on this machine (measured)")
+@click.option("--host-time", type=click.Choice(HOST_TIME_MODES), default=DEFAULT_HOST_TIME, show_default=True,
+              help="emulation: the script's own Python as thread CPU time scaled to the target host, "
+                   "torch ops modelled (script); only named per-op costs of a GPU server, deterministic "
+                   "(modelled); or wall time on this machine (measured)")
 @click.option("--gpu-speed", default="1", show_default=True, metavar="F",
               help="emulation what-if: divide every kernel and memset duration by F (0.01..100)")
 @click.option("--copy-speed", default="1", show_default=True, metavar="F",
@@ -310,15 +328,19 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
 @click.option("--nproc", type=click.IntRange(min=1, max=MAX_NPROC), default=None, metavar="N",
               help="run N emulated ranks of a torch.distributed script (as torchrun --nproc-per-node N) "
                    "and write one multi-rank trace")
+@click.option("--real-clock", is_flag=True,
+              help="emulation: the script's time.time/perf_counter/monotonic/sleep and cuda Event timing "
+                   "use this machine's clock [default: the emulated clock]")
 @click.option("--progress/--no-progress", default=None,
               help="stage progress bar on stderr (default: when stderr is a terminal; never with -q)")
 @reports_errors
 def command(script, script_args, output, overwrite, name, skip_steps, steps, device, emulate, host_time,
-            gpu_speed, copy_speed, host_speed, nproc, progress):
+            gpu_speed, copy_speed, host_speed, nproc, real_clock, progress):
     """Run SCRIPT (as `python SCRIPT SCRIPT_ARGS` would) and write its GPU trace.
 
-    Put `--` before SCRIPT_ARGS that look like options of this command. An existing output is
-    replaced only with --overwrite.
+    Everything after SCRIPT goes to the script; a script argument that looks like an option of
+    this command (`-o`, `--steps`, ...) gets a one-line warning unless `--` comes before it. An
+    existing output is replaced only with --overwrite.
     """
     from tracegen.emulation.speed import speed_factors
 
@@ -327,6 +349,8 @@ def command(script, script_args, output, overwrite, name, skip_steps, steps, dev
     script_args = list(script_args)
     if script_args and script_args[0] == "--":
         script_args = script_args[1:]
+    else:
+        _warn_own_options(script_args)
     if os.path.lexists(script):  # a missing script is reported by run_script ("no such script")
         check_input_path(script)
     out = check_output_path(output or f"{Path(script).stem}.parquet", [script], overwrite)
@@ -336,7 +360,7 @@ def command(script, script_args, output, overwrite, name, skip_steps, steps, dev
         stage("run and record")
         table, meta = capture(script, script_args, emulate=emulate, device=device, skip_steps=skip_steps,
                               steps=steps, name=name, host_time=host_time, gpu_speed=gpu_speed,
-                              copy_speed=copy_speed, host_speed=host_speed, nproc=nproc)
+                              copy_speed=copy_speed, host_speed=host_speed, nproc=nproc, real_clock=real_clock)
         stage("write")
         write_trace(out, table, meta)
     kinds = table.column("kind").to_pylist()
@@ -347,3 +371,31 @@ def command(script, script_args, output, overwrite, name, skip_steps, steps, dev
         coll = sum(k == "collective" for k in kinds)
         how += f", {nproc} ranks, {coll} collective ops"
     click.echo(f"wrote {out}: {table.num_rows} ops ({gpu} on the GPU, busy {busy / 1e6:.3f} ms), {how}")
+
+
+def _own_option_names() -> set[str]:
+    names = set()
+    for p in command.params:
+        if isinstance(p, click.Option):
+            names.update(p.opts)
+            names.update(p.secondary_opts)
+    return names
+
+
+def _warn_own_options(script_args: Sequence[str]) -> None:
+    """One stderr line when script arguments before any ``--`` look like this command's own
+    options (``tracegen capture train.py -o t.parquet``: the ``-o`` goes to the script)."""
+    names = _own_option_names()
+    shorts = {n for n in names if len(n) == 2}
+    found = []
+    for a in script_args:
+        if a == "--":
+            break
+        head = a.split("=", 1)[0]
+        if head in names or (a[:2] in shorts and not a.startswith("--")):
+            found.append(head if head in names else a[:2])
+    if found:
+        click.echo(f"tracegen capture: warning: script argument{'s' if len(found) > 1 else ''} "
+                   f"{', '.join(dict.fromkeys(found))} after SCRIPT go{'' if len(found) > 1 else 'es'} to the "
+                   "script, not to tracegen capture (put capture's options before SCRIPT; write -- before "
+                   "the script's own arguments to silence this)", err=True)

@@ -1,7 +1,11 @@
-"""``tracegen convert``: import traces (Kineto JSON, Nsight SQLite, PyTorch ET + Kineto, Chakra ET) into Parquet.
+"""``tracegen convert``: import profiler traces into Parquet, in any installed input format.
 
-Library entry point: :func:`convert`. The command wraps it with one-line errors (exit code 2);
-the output is written atomically, so a failed run leaves no file behind.
+The formats are the importers registered in the ``fastrack.importers`` entry-point group
+(:mod:`tracegen.importers`: Kineto JSON, Nsight SQLite, PyTorch ET + Kineto, Chakra ET, and any
+a plug-in adds); ``--format``'s choices and help, and the error for an input none recognises,
+are built from that registry. Library entry point: :func:`convert`. The command wraps it with
+one-line errors (exit code 2); the output is written atomically, so a failed run leaves no file
+behind.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ from typing import Callable, Sequence
 import click
 
 from fastrack_core.cli_support import reports_errors
-from fastrack_core.errors import TraceFormatError
 from fastrack_core.outputs import check_input_path, check_output_path
+from tracegen.importers import AUTO, catalogue, choose, detect, formats_help, import_inputs
 
-FORMATS_CHOICES = ("auto", "chakra", "pytorch-et", "kineto", "nsys")  # "auto" + the keys of tracegen.importers.FORMATS
+FORMATS_CHOICES = (AUTO, *(name for name, _ in catalogue()))  # "auto" + the installed formats, in detection order
 
 
 @dataclass
@@ -41,19 +45,9 @@ class ConvertResult:
 
 
 def detect_format(path: str) -> str:
-    """The name of the format (a key of :data:`tracegen.importers.FORMATS`) of one input: the
-    first whose ``sniff`` accepts it (directories: Kineto rank files)."""
-    from tracegen.importers import FORMATS, refuse_unconvertible
-    from tracegen.importers.common import read_head
-
-    check_input_path(path, allow_dir=True)
-    refuse_unconvertible(path)
-    if not os.path.isdir(path) and not read_head(path):
-        raise TraceFormatError("empty file", path=path)
-    for name, importer in FORMATS.items():
-        if importer.sniff(path):
-            return name
-    raise TraceFormatError("unknown input format: neither Kineto JSON (plain or gzip) nor Nsight SQLite", path=path)
+    """The name of the format of one input: the first installed importer, in detection order, that
+    recognises it (:func:`tracegen.importers.detect`)."""
+    return detect(path)
 
 
 def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt: str = "auto",
@@ -72,70 +66,21 @@ def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt:
                          seconds=time.perf_counter() - t0)  # fmt: skip
 
 
-def import_table(inputs: Sequence[str | os.PathLike], fmt: str = "auto",
+def import_table(inputs: Sequence[str | os.PathLike], fmt: str = AUTO,
                  stage: Callable[[str], None] | None = None):
-    """Import ``inputs`` in memory: (trace table, trace metadata, events read). What
-    :func:`convert` writes, and what ``replay`` reads through :data:`REPLAY_IMPORTER`."""
-    from tracegen.deps import derive_dependencies
-    from tracegen.importers import FORMATS, refuse_unconvertible
-
-    inputs = [str(p) for p in inputs]
-    if not inputs:
-        raise TraceFormatError("no input files")
-    if fmt not in FORMATS_CHOICES:
-        raise TraceFormatError(f"unknown format '{fmt}', expected one of {', '.join(FORMATS_CHOICES)}")
-    for p in inputs:  # a FIFO or a device would block the reader: refuse it up front
-        check_input_path(p, allow_dir=True)
-        refuse_unconvertible(p)  # a .nsys-rep or a Parquet trace, whatever --format says
-    if fmt == "auto":
-        kinds = {p: detect_format(p) for p in inputs}
-        if set(kinds.values()) == {"pytorch-et", "kineto"}:  # a PyTorch ET is read with its Kineto trace
-            kinds = {p: "pytorch-et" for p in inputs}
-        if len(set(kinds.values())) > 1:
-            desc = ", ".join(f"{Path(p).name} ({k})" for p, k in kinds.items())
-            raise TraceFormatError(f"inputs mix formats: {desc}")
-        fmt = next(iter(kinds.values()))
+    """Import ``inputs`` in memory: (trace table, trace metadata, events read), what :func:`convert`
+    writes. ``fmt``: a format name, or ``auto`` to detect it (:func:`tracegen.importers.choose`)."""
+    importer = choose(inputs, fmt)
     stage = stage or (lambda _name: None)
-    stage(f"read {fmt}")
-    imp = FORMATS[fmt].read(inputs)
-    label = imp.files[0] if len(imp.files) == 1 else inputs[0] if len(inputs) == 1 else None
-    stage("dependencies")
-    table = imp.table if imp.table is not None else derive_dependencies(imp.raw, path=label)
-    return table, imp.metadata, imp.num_events
-
-
-class KinetoForReplay:
-    """The ``fastrack.importers`` plug-in ``kineto`` (pyproject.toml): lets ``replay`` read a Kineto
-    JSON trace (.json / .json.gz) directly, in memory, exactly as ``tracegen convert`` would
-    write it (replay never imports tracegen by name; it finds this object by entry point)."""
-
-    name = "kineto"
-    description = "Kineto / PyTorch-profiler JSON (.json, .json.gz)"
-
-    def sniff(self, path: str | os.PathLike) -> bool:
-        from tracegen.importers import FORMATS
-
-        return FORMATS["kineto"].sniff(str(path))
-
-    def load(self, path: str | os.PathLike):
-        """The trace of ``path`` as a :class:`fastrack_core.traceio.Trace` (validated, metadata cleaned)."""
-        from fastrack_core.traceio import trace_in_memory
-
-        table, metadata, _ = import_table([path], "kineto")
-        return trace_in_memory(table, metadata, str(path))
-
-
-REPLAY_IMPORTER = KinetoForReplay()
+    stage(f"read {importer.name}")
+    return import_inputs(importer, [str(p) for p in inputs], stage)
 
 
 @click.command("convert")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="Parquet trace to write.")
-@click.option(
-    "--format", "fmt", type=click.Choice(FORMATS_CHOICES), default="auto", show_default=True,
-    help="Input format; auto detects Kineto JSON (plain/gzip), Nsight SQLite, PyTorch ET (with its Kineto trace), "
-         "Chakra ET (.et) and directories of rank files.",
-)  # fmt: skip
+@click.option("--format", "fmt", type=click.Choice(FORMATS_CHOICES), default=AUTO, show_default=True,
+              help=formats_help())
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists (never an input, a link or a non-file).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--progress/--no-progress", default=None,

@@ -7,7 +7,7 @@ Prices (integer ns, rounded up):
   the link, so pipelined chunks overlap their latencies);
 * CPU AES-GCM: ``ceil(bytes / call_bytes) * call_overhead_ns + ceil(bytes / core_gb_s)``: a
   fixed cost per AES-GCM call and a per-core streaming rate, fitted to ``openssl speed -evp
-  aes-256-gcm`` on one core (docs/model.md section 1; the host presets differ only here);
+  aes-256-gcm`` on one core (docs/model.md, "What is modelled"; the host presets differ only here);
 * copy-engine secure copy (decrypt+verify, or encrypt+tag: one operation, one tag [S4]):
   ``op_overhead_ns + ceil(ceil(bytes / parts) / crypto_gb_s)`` per chunk, ``parts`` = 1, or
   ``gpu.copy_engines`` when the tag is computed in partial tags on every engine (Fastrack fix 2);

@@ -109,9 +109,12 @@ def replay_reference(graph: OpGraph, model: str = DEFAULT_MODEL, preset: str | N
 
 
 def open_trace(path: str | os.PathLike, columns: Sequence[str] | None = None) -> Trace:
-    """A Parquet trace, or any format an installed ``fastrack.importers`` plug-in recognises (Kineto
-    JSON, from tracegen) imported in memory. Anything else: the Parquet reader's one-line error,
-    with a hint to convert the file first. ``columns``: read only these of a Parquet trace."""
+    """A Parquet trace, or a file of an installed input format (the ``fastrack.importers`` entry
+    points that ``tracegen convert`` reads too, :func:`replay.plugins.importer_for`) imported in
+    memory by its ``load``, which refuses, saying to convert first, a format replay does not read
+    directly (all but Kineto JSON, of the shipped ones). Anything else: the Parquet reader's
+    one-line error, with a hint to convert the file first. ``columns``: read only these of a
+    Parquet trace."""
     from fastrack_core.errors import TraceFormatError
     from replay.plugins import importer_for
 

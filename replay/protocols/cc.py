@@ -1,5 +1,5 @@
 """The confidential-computing data path as the H100 driver implements it, as a graph transform,
-with Fastrack's three fixes as switches (docs/model.md section 3; sources in docs/sources.md).
+with Fastrack's three fixes as switches (docs/protocols.md; sources in docs/sources.md).
 
 Every H2D/D2H copy ``M`` (launched by host call ``R`` on thread lane ``T``, on stream ``S``) is
 cut into staging-buffer chunks ``0..k-1`` (``bounce.slot_bytes``, 2 MiB [S7]). Per chunk ``j``:

@@ -9,7 +9,7 @@ single-GPU trace the system is exactly its host protocol.
 The GPU-to-GPU side follows the host side's Fastrack fixes, so one name means one system:
 
 ====================  ==================================  =========================================
-system                host<->GPU (docs/model.md)          GPU-to-GPU messages (:mod:`.p2p`)
+system                host<->GPU (docs/protocols.md)      GPU-to-GPU messages (:mod:`.p2p`)
 ====================  ==================================  =========================================
 ``baseline``          H100 CC as shipped                  CE encrypt -> link -> CE decrypt+verify,
                                                           each stage after the whole message

@@ -6,8 +6,9 @@ concept:
 
 * :mod:`.timeline` -- :class:`Recorder`, the virtual timeline (host ops, GPU ops on in-order
   streams, launches, copies, synchronisations, events);
-* :mod:`.hosttime` -- how host time advances: ``modelled`` (named per-op costs, the default)
-  or ``measured`` (wall time on this machine);
+* :mod:`.hosttime` -- how host time advances: ``script`` (the script's own Python as thread CPU
+  time, scaled to the target host by :mod:`.scripttime`; the default), ``modelled`` (named per-op
+  costs) or ``measured`` (wall time on this machine);
 * :mod:`.function_mode` -- the ``TorchFunctionMode`` layer (``cuda`` -> ``meta``, ``is_cuda``,
   pinning, ``autocast("cuda")``, the SDPA kernel choice);
 * :mod:`.cudnn_rnn` -- ``nn.LSTM``/``GRU``/``RNN`` through ``_cudnn_rnn``, as CUDA runs them;
@@ -18,6 +19,8 @@ concept:
 * :mod:`.shadows` -- real CPU values beside small emulated tensors, kept by running each operator
   on them too;
 * :mod:`.reads` -- the stand-ins of values that depend on large (valueless) tensors;
+* :mod:`.printing` -- ``print(t)`` / ``f"{t:.4f}"`` of emulated tensors: a read, as on a GPU;
+* :mod:`.clock` -- the script's ``time`` module on the emulated clock (``--real-clock``: left real);
 * :mod:`.indexing` -- list/range indices and ``t[i] = 3`` built on the host, as PyTorch does for CUDA;
 * :mod:`.storages` -- storages moved to the GPU (``torch.load(map_location="cuda")``);
 * :mod:`.tensors` -- emulated / pinned tensors, device mapping;
@@ -35,7 +38,8 @@ concept:
 * :mod:`.session` -- :func:`emulated_gpu`, all of the above around a script;
 * :mod:`.trace` -- the schema-v1 table of a finished recording.
 
-``docs/capture.md`` explains the choices (what reads return, how steps are found, limits).
+``docs/emulation.md`` explains the choices (what reads return, the cost model, limits); how steps
+are found is ``docs/capture.md``.
 """
 
 import importlib

@@ -3,11 +3,11 @@
 Every GPU operation the emulator sees (an ATen operator on an emulated CUDA tensor) is priced
 here: FLOPs and bytes come from the operand shapes and dtypes, the duration from a roofline with
 an efficiency factor per operator family plus a fixed floor per kernel. Every constant is a named
-field of :class:`GpuSpec` with its unit in the name; ``docs/capture.md`` lists each with its
+field of :class:`GpuSpec` with its unit in the name; ``docs/emulation.md`` lists each with its
 source or says that it is an assumption.
 
 This module does not import torch: operands are described by :class:`TensorInfo`, so the model
-can be tested and used (e.g. by ``benchmarks/capture_accuracy.py``) on its own.
+can be tested and used (e.g. by ``benchmarks/validation/capture_accuracy.py``) on its own.
 """
 
 from __future__ import annotations
@@ -68,10 +68,10 @@ class GpuSpec:
     foreach_chunk_elems: int = 65536
     foreach_blocks_per_launch: int = 320
     # ---- Host side (the modelled host time of emulated capture, tracegen.emulation.hosttime).
-    # Calibrated with `python benchmarks/host_calibration.py` on the real H100 Kineto traces in
+    # Calibrated with `python benchmarks/validation/host_calibration.py` on the real H100 Kineto traces in
     # tests/data (h100_bert_small_uncased = "BERT", h100_qwen1.5_0.5b_chat = "Qwen"); both were
     # recorded with record_shapes/profile_memory/with_stack/with_modules, so every figure includes
-    # the profiler's own overhead (an upper bound for an unprofiled run). docs/capture.md.
+    # the profiler's own overhead (an upper bound for an unprofiled run). docs/emulation.md.
     launch_kernel_ns: int = 3200
     """ns per cudaLaunchKernel call: Qwen median 3.20 us (n=860); BERT 4.46 us (n=34)."""
     memcpy_call_ns: int = 7800
@@ -105,6 +105,18 @@ class GpuSpec:
     optimizer_param_host_ns: int = 1000
     """ns of Python per parameter with a gradient in optimizer.step() (modelled mode; the
     per-parameter state lookups and list building of _init_group). Assumption, not calibrated."""
+    # Script host time (--host-time script, tracegen.emulation.scripttime): the script's Python,
+    # measured as thread CPU time on the capture machine, is scaled by
+    # (host_reference_loop_ns / this machine's calibration loop ns) / host_cpu_speed.
+    host_reference_loop_ns: int = 563_000
+    """ns of thread CPU time of one calibration run (tracegen.emulation.scripttime.calibration_loop,
+    4 000 iterations, fastest of 15) on the reference host: the 2-core development VM ("Intel(R)
+    Xeon(R) Processor", CPython 3.11.7, torch 2.13): 0.563-0.608 ms over twelve calibrations
+    at load 3, the fastest taken (the VM when it is least disturbed)."""
+    host_cpu_speed: float = 1.0
+    """Python speed of the target GPU server's host CPU relative to the reference host (2 = runs
+    the script's Python in half the time). Assumption: 1.0, no measurement on an H100 server's
+    CPU (a DGX H100 has Xeon Platinum 8480C at 2.0-3.8 GHz) was available."""
 
     @property
     def per_sm_bf16_flops(self) -> float:

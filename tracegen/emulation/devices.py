@@ -1,7 +1,8 @@
 """The device-generic PyTorch API on the emulated ``cuda`` device, where the CPU build refuses it:
 ``torch.device(0)``, ``torch.set_default_device("cuda")`` / ``with torch.device("cuda"):``,
-``torch.Generator(device="cuda")``, ``torch.Stream`` / ``torch.Event`` on ``cuda``, and
-``nn.DataParallel`` over the one emulated GPU (``docs/capture.md``)."""
+``torch.Generator(device="cuda")``, ``torch.Stream`` / ``torch.Event`` on ``cuda``,
+``Module.to(0)`` (an index alone: the DDP tutorial's ``model.to(rank)``), and ``nn.DataParallel``
+over the one emulated GPU (``docs/emulation.md``)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,22 @@ def _dp_scatter(self, inputs, kwargs, device_ids):
 
 
 _DP_SCATTER: list = []
+_MODULE_TO: list = []
+
+
+def _index_device(d):
+    """An index alone (``0``, ``torch.device(0)``'s int form) names the emulated GPU."""
+    return REAL_DEVICE("cuda", d) if isinstance(d, int) and not isinstance(d, bool) else d
+
+
+def _module_to(self, *args, **kwargs):
+    """``Module.to(0)`` / ``Module.to(device=rank)``: PyTorch parses an index alone as the current
+    accelerator, which the CPU build refuses; it is ``cuda:<index>`` here, as on a GPU."""
+    if args:
+        args = (_index_device(args[0]),) + args[1:]
+    if "device" in kwargs:
+        kwargs = dict(kwargs, device=_index_device(kwargs["device"]))
+    return _MODULE_TO[0](self, *args, **kwargs)
 
 
 def device_patches(function_mode_ref: list) -> list[tuple[Any, str, Any]]:
@@ -103,6 +120,7 @@ def device_patches(function_mode_ref: list) -> list[tuple[Any, str, Any]]:
     from torch.nn.parallel import DataParallel
 
     _DP_SCATTER[:] = [DataParallel.scatter]
+    _MODULE_TO[:] = [torch.nn.Module.to]
     orig_tf = tud.DeviceContext.__torch_function__
 
     def device_context_tf(self, func, types, args=(), kwargs=None):
@@ -129,6 +147,7 @@ def device_patches(function_mode_ref: list) -> list[tuple[Any, str, Any]]:
         (tud.DeviceContext, "__torch_function__", device_context_tf),
         (torch, "get_default_device", get_default_device),
         (DataParallel, "scatter", _dp_scatter),
+        (torch.nn.Module, "to", _module_to),
     ]
 
 

@@ -22,6 +22,7 @@ from fastrack_core.schema import CopyDir
 from tracegen.emulation import costmodel
 from tracegen.emulation.annotations import record_annotation
 from tracegen.emulation.costmodel import TensorInfo
+from tracegen.emulation.reads import STANDIN_NOTE, default_read
 from tracegen.emulation.shadows import Shadows
 from tracegen.emulation.storages import storages_to_emulated_gpu
 from tracegen.emulation.tensors import (
@@ -43,7 +44,8 @@ _NO_KERNEL = {
     aten.new_empty_strided.default, aten.resize_.default, aten.set_.source_Storage_storage_offset,
     aten.lift_fresh.default, aten.record_stream.default, aten.is_pinned.default, aten.is_same_size.default,
     aten._has_compatible_shallow_copy_type.default, aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
-    aten.sym_storage_offset.default, aten.set_.source_Tensor, aten.set_.default,
+    aten.sym_storage_offset.default, aten.set_.source_Tensor, aten.set_.default, aten.set_.source_Storage,
+    aten.set_.source_Tensor_storage_offset,  # torch.save's storage.cpu() views a storage: no kernel
 }
 _DATA_DEPENDENT = {aten.nonzero.default, aten.masked_select.default}
 # views whose schema carries no alias annotation (autograd does not track them as views); free on CUDA
@@ -211,6 +213,7 @@ class DispatchMode(TorchDispatchMode):
             nb = bool(kwargs.get("non_blocking", False))
             pinned = bool(kwargs.get("pin_memory", False))
             self._memcpy(CopyDir.D2H, src.numel() * src.element_size(), pinned, nb, "aten::_to_copy")
+            self._note_standin(src)
             out = self.shadows.read(src, dtype, self._by_all(src))
             return mark_pinned(out) if pinned else out
         out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
@@ -232,6 +235,7 @@ class DispatchMode(TorchDispatchMode):
             return dst
         if not dst.is_meta and src.is_meta:
             self._memcpy(CopyDir.D2H, src.numel() * src.element_size(), is_pinned_memory(dst), nb, "aten::copy_")
+            self._note_standin(src)
             dst.copy_(self.shadows.read(src, dst.dtype, self._by_all(src)))
             return dst
         out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
@@ -257,7 +261,13 @@ class DispatchMode(TorchDispatchMode):
     def _read_scalar(self, t: torch.Tensor):
         # PyTorch copies a scalar read into a pinned staging buffer, then synchronises the stream
         self._memcpy(CopyDir.D2H, t.element_size(), True, False, "aten::_local_scalar_dense")
+        self._note_standin(t)
         return self.shadows.read(t, t.dtype, self._by_all(t)).item()
+
+    def _note_standin(self, t: torch.Tensor) -> None:
+        """Say once per capture (stderr, ``capture_notes``) that a value read back is a stand-in."""
+        if t.numel() and (self.shadows.storage(t) is None or self.shadows.is_standin(t)):
+            self.rec.note(STANDIN_NOTE)
 
     def _upload_cpu_tensors(self, args, kwargs, func):
         """Non-scalar CPU tensors given to a GPU op (index tensors of ``index``/``index_put_``,
@@ -319,7 +329,7 @@ class DispatchMode(TorchDispatchMode):
         return func(*args, **kwargs)
 
     def _data_dependent(self, func, args, kwargs):
-        """Data-dependent output sizes: assume every element is selected (see docs/capture.md)."""
+        """Data-dependent output sizes: assume every element is selected (see docs/emulation.md)."""
         rec = self.rec
         x = args[0]
         sh = self.shadows
@@ -366,7 +376,84 @@ class DispatchMode(TorchDispatchMode):
             self._price(func, args, kwargs, out)
             sh.mirror(func, (args[0], idx), {}, out)
             return out
-        raise exc
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+            # a composite without a meta kernel for its whole (torch.where(mask) / nonzero(as_tuple)
+            # under inference_mode): its parts, through this mode (nonzero: the rule above)
+            with self:
+                return func.decompose(*args, **kwargs)
+        out = self._standin_sized(func, args, kwargs)
+        if out is None:
+            raise exc
+        return out
+
+    def _standin_sized(self, func, args, kwargs):
+        """An operator that has no meta kernel, typically because its output size depends on the
+        data (``unique``, ``bincount``, ``repeat_interleave`` without ``output_size``,
+        torchvision's ``nms``, a custom op): its CPU kernel runs on the inputs' values (the real
+        ones of small tensors, else the stand-ins a read of them returns, as stride-0 views) and
+        the result's shapes and dtypes become its emulated outputs; priced as one kernel of the
+        operator plus the D2H read of the size CUDA does (docs/capture.md). None when the inputs
+        are too large for that (:data:`STANDIN_CPU_MAX_ELEMENTS`) or the CPU kernel fails too."""
+        flat, _ = tree_flatten((args, kwargs))
+        emu = [a for a in flat if is_emulated(a)]
+        if sum(a.numel() for a in emu) > STANDIN_CPU_MAX_ELEMENTS:
+            return None
+        sh = self.shadows
+        standin = False
+
+        def to_cpu(a):
+            nonlocal standin
+            if is_emulated(a):
+                v = sh.view(a)
+                if v is None or sh.is_standin(a):
+                    standin = True
+                if v is None:
+                    v = torch.full((), default_read(a.dtype), dtype=a.dtype).expand(tuple(a.shape))
+                return v
+            if isinstance(a, torch.device) and a.type == "meta":
+                return torch.device("cpu")
+            return a
+
+        try:
+            with _plain_cpu():
+                res = func(*tree_map(to_cpu, args), **tree_map(to_cpu, kwargs))
+        except Exception:  # noqa: BLE001  (no CPU kernel either: the meta error stands)
+            return None
+
+        def to_meta(r):
+            if isinstance(r, torch.Tensor):
+                m = torch.empty_strided(tuple(r.shape), tuple(r.stride()), dtype=r.dtype, device=META)
+                sh.assign(m, r, standin)
+                return m
+            return r
+
+        out = tree_map(to_meta, res)
+        self.rec.now += self.rec.spec.aten_op_host_ns
+        self._price(func, args, kwargs, out)
+        self.rec.memcpy(CopyDir.D2H, 8, False, False, func._schema.name)  # the size read back
+        return out
+
+
+STANDIN_CPU_MAX_ELEMENTS = 1 << 24
+"""Largest total input size (elements) for which an operator without a meta kernel is run on the
+CPU over stand-in values to learn its output size (:meth:`DispatchMode._standin_sized`): 16 Mi
+elements, a CPU pass of tens of milliseconds. Assumption; larger inputs keep PyTorch's error."""
+
+
+class _plain_cpu:
+    """CPU work outside the emulator's modes, autograd and inference mode."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        self._stack = [_disable_current_modes(), torch.no_grad(), torch.inference_mode(False)]
+        for c in self._stack:
+            c.__enter__()
+
+    def __exit__(self, *exc):
+        for c in reversed(self._stack):
+            c.__exit__(*exc)
+        return False
 
 
 def _aliases_input(out, flat_inputs) -> bool:

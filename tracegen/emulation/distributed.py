@@ -470,7 +470,7 @@ def emulated_rank(rec: Recorder, rank: int, world: int) -> Iterator[RankState]:
     dist.is_nccl_available = lambda: True
     # DDP's construction-time check that every rank has the same parameter shapes compares values
     # all-gathered into GPU memory, which the emulated GPU does not hold: skipped (every rank runs
-    # the same script; docs/capture.md)
+    # the same script; docs/emulation.md)
     dist._verify_params_across_processes = lambda *_a, **_k: None
     original_rebuild = dist.Reducer._rebuild_buckets
 

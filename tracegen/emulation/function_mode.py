@@ -2,7 +2,7 @@
 report ``device == cuda:0`` and ``is_cuda``; ``pin_memory=True`` factories; ``autocast("cuda")``
 (ATen's autocast does not act on meta tensors); the kernel choices CUDA makes where the meta
 device would take another path: the SDPA backend (grouped-query attention included), the fused
-dropout kernel, cuDNN RNNs, and ``nn.MultiheadAttention``'s inner calls (docs/capture.md, "Kernels
+dropout kernel, cuDNN RNNs, and ``nn.MultiheadAttention``'s inner calls (docs/emulation.md, "Kernels
 CUDA chooses")."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
-from tracegen.emulation import cudnn_rnn
+from tracegen.emulation import cudnn_rnn, printing
 from tracegen.emulation.indexing import host_side_index
 from tracegen.emulation.tensors import META, is_cuda_device, map_device, mark_pinned
 
@@ -99,6 +99,8 @@ class FunctionMode(TorchFunctionMode):
         rec = self.rec
         if func is torch.Tensor.record_stream:
             return None
+        if printing.handles(func) and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            return printing.call(rec, func, args, kwargs)  # f"{loss:.4f}", print(t): a read, as on a GPU
         args = host_side_index(func, args)  # list/range indices, `t[i] = 3`: host data as on CUDA
         if func is torch.Tensor.cuda:
             nb = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)

@@ -1,4 +1,4 @@
-"""CUDA graphs on the emulated GPU, as the hardware runs them (``docs/capture.md``, CUDA graphs).
+"""CUDA graphs on the emulated GPU, as the hardware runs them (``docs/emulation.md``, CUDA graphs).
 
 * **Capture** (``CUDAGraph.capture_begin``/``capture_end``, ``torch.cuda.graph``): the host runs
   the script's PyTorch code as usual and pays for it (framework time, one ``cudaLaunchKernel`` /

@@ -1,7 +1,7 @@
 """The memory-statistics API of ``torch.cuda`` on the emulated GPU, which allocates nothing:
 ``memory_stats()`` has the caching allocator's real key set with documented values, and
 ``set_per_process_memory_fraction`` is checked as PyTorch checks it and remembered
-(``docs/capture.md``)."""
+(``docs/emulation.md``)."""
 
 from __future__ import annotations
 

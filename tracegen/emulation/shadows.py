@@ -13,9 +13,9 @@ Where an operator reads a storage that has no shadow (a large tensor: logits, ac
 weights), its small results get the stand-in values of :mod:`tracegen.emulation.reads` and their
 storage is marked as holding stand-ins. Later operators on stand-ins compute integer and boolean
 results for real from the stand-in values (so flags, counters and lengths built on them behave);
-a floating-point result of stand-ins is the float stand-in (0.0, so a loss computed from stand-in
-logits reads 0.0), and indices chosen from stand-in data follow the index rule
-(:func:`reads.standin_index`), so that an ``argmax`` over a copy of stand-in logits does not
+a floating-point result of stand-ins is the float stand-in (1.0, so a loss computed from stand-in
+logits reads 1.0; GradScaler's ``found_inf`` flag reads 0.0, nothing found), and indices chosen
+from stand-in data follow the index rule (:func:`reads.standin_index`), so that an ``argmax`` over a copy of stand-in logits does not
 collapse to index 0.
 
 Shadow work runs inside the dispatch handler: it adds nothing to the virtual timeline and launches
@@ -61,6 +61,11 @@ _INDEX_OPS = {
     aten.argsort.default: (0, "along"), aten.argsort.stable: (0, "along"),
     aten.multinomial.default: (0, "along"),
 }
+
+
+# operators whose written float flag reads "nothing wrong found" over unknown data (the healthy
+# path): GradScaler's found_inf, which the float stand-in (1.0) would turn into a skipped step
+_HEALTHY_FLAGS = {aten._amp_foreach_non_finite_check_and_unscale_.default}
 
 
 def shadow_limit_bytes(dtype: torch.dtype) -> int:
@@ -192,10 +197,10 @@ class Shadows:
         if known and not (standin_in and rule is not None):
             try:
                 self._compute(func, args, kwargs, out_flat, fresh, writes, standin_in)
-                if standin_in:  # a float computed from stand-ins is the float stand-in (0.0)
+                if standin_in:  # a float computed from stand-ins is the float stand-in (1.0)
                     for t in [o for _, o in fresh] + writes:
                         if t.is_floating_point() or t.is_complex():
-                            self.standin(t, default_read(t.dtype))
+                            self.standin(t, 0.0 if func in _HEALTHY_FLAGS else default_read(t.dtype))
                 return
             except (RuntimeError, NotImplementedError, IndexError, ValueError, TypeError):
                 pass  # no CPU kernel, or stand-in values out of range: stand-ins below
@@ -270,7 +275,7 @@ class Shadows:
             else:
                 self.standin(o, default_read(o.dtype, produced_by_all))
         for w in writes:
-            self.standin(w, default_read(w.dtype, produced_by_all))
+            self.standin(w, 0.0 if func in _HEALTHY_FLAGS else default_read(w.dtype, produced_by_all))
 
 
 def _index_values(func, kind, args, named, out: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from tracegen.emulation.clock import REAL_PERF_COUNTER_NS
 from tracegen.emulation.timeline import active_recorder
 
 
@@ -15,11 +16,14 @@ class EmuEvent:
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **_kw):
         self.op: int | None = None  # index of the last GPU op before the record
         self.time: int | None = None  # GPU time (ns) at which the event completes
+        self.real_ns: int | None = None  # this machine's perf_counter_ns at the record (--real-clock)
         self.enable_timing = enable_timing
         self.device = torch.device("cuda", 0)
 
     def record(self, stream=None):
-        active_recorder().event_record(self, stream)
+        rec = active_recorder()
+        rec.event_record(self, stream)
+        self.real_ns = REAL_PERF_COUNTER_NS()
 
     def wait(self, stream=None):
         active_recorder().stream_wait_event(stream, self)
@@ -31,9 +35,12 @@ class EmuEvent:
         return True
 
     def elapsed_time(self, end: "EmuEvent") -> float:
-        """Milliseconds between two recorded events on the emulated GPU timeline."""
+        """Milliseconds between two recorded events on the emulated GPU timeline; with
+        ``--real-clock``, between the two ``record()`` calls on this machine's clock."""
         if self.time is None or end.time is None:
             raise RuntimeError("elapsed_time: both events must have been recorded")
+        if getattr(active_recorder(), "real_clock", False):
+            return (end.real_ns - self.real_ns) / 1e6
         return (end.time - self.time) / 1e6
 
 

@@ -1,7 +1,7 @@
 """The tensor-level CUDA API the CPU build refuses, on emulated tensors: the legacy typed
 constructors (``torch.cuda.FloatTensor`` and friends), ``torch.set_default_tensor_type`` with one
 of them, ``Tensor.type("torch.cuda.X")`` / ``Tensor.type()``, ``Tensor.record_stream`` and
-``Tensor.data_ptr`` (``docs/capture.md``)."""
+``Tensor.data_ptr`` (``docs/emulation.md``)."""
 
 from __future__ import annotations
 

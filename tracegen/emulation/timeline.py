@@ -17,6 +17,7 @@ from fastrack_core.schema import CopyDir, DepKind, HostMem, OpKind
 from tracegen.emulation import costmodel
 from tracegen.emulation.costmodel import GpuSpec
 from tracegen.emulation.hosttime import HostClock, host_scaled_spec
+from tracegen.emulation.scripttime import SCRIPT_OP_MIN_NS
 from tracegen.emulation.speed import speed_factors
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 DEFAULT_STREAM = 7  # the id CUPTI gives the default stream in Kineto traces
 HOST_THREAD = 1  # thread id of the script's main thread in the trace (fixed: captures are deterministic)
+SCRIPT_OP_NAME = "cpu"  # the script's own time between operators (docs/conventions.md rule 1: no enclosing operator)
 
 
 @dataclass
@@ -95,6 +97,7 @@ class Recorder:
         modelled host duration are divided by them."""
         self.speed = speed_factors(gpu_speed, copy_speed, host_speed)
         self.spec = host_scaled_spec(spec, self.speed.host)
+        self.script_pending = 0  # script host time (ns) on the timeline since the last host op written
         self.clock = HostClock(self, host_time)
         self.ops: list[_Op] = []
         self.thread = HOST_THREAD
@@ -164,9 +167,19 @@ class Recorder:
         return len(self.ops) - 1
 
     def host(self, kind: OpKind, name: str, dur: int, gap_name: str | None = None) -> int:
-        """A host op at the current virtual time (after an explicit cpu op for any gap)."""
+        """A host op at the current virtual time (after an explicit cpu op for any gap). In
+        ``--host-time script`` the gap holds the script's own measured time first (written as
+        its own ``cpu`` op when at least ``SCRIPT_OP_MIN_NS``), then the framework part named
+        after the operator being launched."""
         if self.now > self.host_end:
-            self._host_raw(OpKind.CPU, gap_name or self.cpu_op_name, self.host_end, self.now - self.host_end)
+            gap = self.now - self.host_end
+            own = min(self.script_pending, gap)
+            if own >= SCRIPT_OP_MIN_NS:
+                self._host_raw(OpKind.CPU, SCRIPT_OP_NAME, self.host_end, own)
+                gap -= own
+            if gap > 0:
+                self._host_raw(OpKind.CPU, gap_name or self.cpu_op_name, self.host_end, gap)
+        self.script_pending = 0
         idx = self._host_raw(kind, name, self.now, dur)
         self.now = self.host_end = self.now + dur
         return idx

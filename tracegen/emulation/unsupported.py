@@ -1,6 +1,6 @@
 """What the emulation refuses, and how: a call it cannot emulate stops the capture with one line
 naming the call (``emulation does not support torch.cuda.X``), never with PyTorch's CPU-build
-message and the emulator's frames (``docs/capture.md``, Limits).
+message and the emulator's frames (``docs/emulation.md``, "What the emulation refuses").
 
 :func:`guard_namespace` wraps every public function and class of a ``torch.cuda`` namespace that
 the emulation does not patch: the original still runs (what works in the CPU build keeps working),

@@ -1,7 +1,7 @@
 """What every importer shares: the shape of its result, a file's first bytes, the magic numbers.
 
-Every importer module exposes two functions of the same shape (the table
-:data:`tracegen.importers.FORMATS` maps each format name to them):
+Every importer module exposes two functions of the same shape, which its registered
+:class:`tracegen.importers.Importer` calls:
 
 * ``sniff(path) -> bool``: whether ``path`` (a file, or a directory where the format takes one)
   holds this format, judged from the first bytes (:func:`read_head`);

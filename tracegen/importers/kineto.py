@@ -3,7 +3,7 @@
 ``read(paths)`` returns a :class:`~tracegen.importers.common.RawImport`: raw ops following the
 contract of :mod:`tracegen.deps` (a :class:`~tracegen.deps.raw.RawColumns` of numpy columns: a
 Kineto convert never imports pandas) and whitelisted metadata; ``sniff(path)`` tells a Kineto input
-(both are the Kineto entry of :data:`tracegen.importers.FORMATS`). ``read_kineto(paths)`` returns
+(both behind the registered importer :data:`tracegen.importers.KINETO`). ``read_kineto(paths)`` returns
 ``(raw as a pandas DataFrame, metadata)``; ``import_kineto(paths)`` also runs :func:`tracegen.deps.derive_dependencies`
 and returns ``(table, metadata)``.
 

@@ -2,8 +2,8 @@
 
 :func:`read_nsys` returns a pandas frame of *raw ops* (one row per CUDA runtime/driver call and
 per GPU kernel, memcpy, memset or NCCL kernel) plus whitelisted metadata; :func:`read` does so for
-several files (one per rank) and, with :func:`sniff`, is the Nsight entry of
-:data:`tracegen.importers.FORMATS`. It derives no
+several files (one per rank) and, with :func:`sniff`, is behind the registered importer
+:data:`tracegen.importers.NSYS`. It derives no
 dependencies: :func:`tracegen.deps.derive_dependencies` turns the raw ops into the
 schema-v1 table (flattening nested calls, adding CPU gap ops and all dependency edges), guided
 by the hint columns filled here. ``docs/import-nsys.md`` describes the mapping.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The exact peak resident memory of each stage of one ``replay`` process (a script, not a test).
 
-    python benchmarks/stage_peaks.py TRACE [--protocol baseline] [replay options...]
+    python benchmarks/speed/stage_peaks.py TRACE [--protocol baseline] [replay options...]
 
 Runs ``replay --protocol P TRACE --json`` in this process, with the stages of :mod:`replay.pipeline.run`
 (``load_graph``, ``prepare``, ``schedule``, ``summarize``) wrapped: before each, the kernel's

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Replay cost against the cost of reading the trace, process against process (a script, not a test).
 
-    python benchmarks/bench_replay.py [--ops 1000000,10000000] [--protocols captured,baseline,fastrack]
+    python benchmarks/speed/bench_replay.py [--ops 1000000,10000000] [--protocols captured,baseline,fastrack]
 
-What it measures (issue 16, "Speed"):
+What it measures (the speed targets of docs/performance.md, "Replay"):
 
 0. Byte-compiles the project's packages first (``--no-compile`` skips it), as an installed package
    is: with PYTHONDONTWRITEBYTECODE set, every process would compile some modules from source.
@@ -16,12 +16,12 @@ What it measures (issue 16, "Speed"):
 4. Every figure is the **CPU time** (user + system) and the **peak RSS** of that one child process
    (``os.wait4``'s resource usage: exact per child, not a maximum over all children), so other
    work on a shared machine inflates neither much; wall time is printed for information.
-5. Prints, per size, the ratio replay CPU / read CPU with the issue's targets (1M ops: ``captured``
+5. Prints, per size, the ratio replay CPU / read CPU with the targets (1M ops: ``captured``
    <= 2x, ``baseline`` and ``fastrack`` <= 3x; 10M ops: ``captured`` <= 3x, ``baseline`` <= 5x and a
    peak within 4 GiB), and, with two sizes or more, the memory *at the margin*: the slope of peak
    RSS between the smallest and the largest size in bytes per op (targets: ``captured`` <= 300,
-   ``baseline`` <= 500; the read's own slope is printed as the reference). Sizes the issue sets no
-   target for are measured and printed without a verdict.
+   ``baseline`` <= 500; the read's own slope is printed as the reference). Sizes without a
+   target are measured and printed without a verdict.
 
 Each verdict reads ``pass`` or ``MISS``. ``--strict`` exits 1 when a target is missed (for a person
 at a quiet machine, never CI: times on shared machines vary).
@@ -39,11 +39,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-OUT = HERE / "out"
+ROOT = HERE.parent.parent  # benchmarks/<kind>/ -> the repository root
+OUT = ROOT / "benchmarks" / "out"  # shared by every benchmark (gitignored)
 GIB = 2**30
 
-# issue 16 targets: (ops, protocol) -> max ratio of replay CPU to bare-read CPU
+# speed targets: (ops, protocol) -> max ratio of replay CPU to bare-read CPU
 RATIO_TARGETS = {
     (1_000_000, "captured"): 2.0, (1_000_000, "baseline"): 3.0, (1_000_000, "fastrack"): 3.0,
     (10_000_000, "captured"): 3.0, (10_000_000, "baseline"): 5.0,
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             mrows.append([name, f"{slope:.0f}", f"<= {target:g}" if target else "-", verdict])
         print_table(["process", "B/op", "target", "verdict"], mrows)
     print("\nratio = CPU time (user + sys) of the replay process / CPU time of a bare pq.read_table process on the "
-          "same file, both measured in this run; targets from issue 16 (sizes without a target: no verdict)")
+          "same file, both measured in this run; targets from docs/performance.md (sizes without a target: no verdict)")
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     return 1 if (args.strict and missed) else 0

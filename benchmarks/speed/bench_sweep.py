@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Study throughput: points per second and how busy the cores are (a script, not a test).
 
-    python benchmarks/bench_sweep.py [--points 1000] [--jobs N] [TRACE ...]
+    python benchmarks/speed/bench_sweep.py [--points 1000] [--jobs N] [TRACE ...]
 
 1. Traces: the ones given, else every ``traces/*.parquet`` shipped with the repository, else a
    ``tracegen synth random --ops 20000 --seed 0`` trace generated into ``benchmarks/out/``.
@@ -32,8 +32,8 @@ from pathlib import Path
 from replay.names import NONE
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-OUT = HERE / "out"
+ROOT = HERE.parent.parent  # benchmarks/<kind>/ -> the repository root
+OUT = ROOT / "benchmarks" / "out"  # shared by every benchmark (gitignored)
 PROTOCOLS = [NONE, "baseline", "fastrack"]
 
 

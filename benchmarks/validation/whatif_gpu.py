@@ -1,7 +1,7 @@
 """What-if predictions against a real CUDA GPU: inject a known cost into a small training step,
 measure what it does, and compare with what replay of the clean capture predicts.
 
-    python benchmarks/whatif_gpu.py [--out DIR] [--steps N] [--configs gpu-bound launch-bound]
+    python benchmarks/validation/whatif_gpu.py [--out DIR] [--steps N] [--configs gpu-bound launch-bound]
 
 Needs a CUDA GPU and PyTorch (written for an H100/H200); without one it prints "needs a CUDA
 GPU" and exits with status 2. Not yet run (no GPU was available when it was written).
@@ -50,7 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # benchmarks/<kind>/ -> the repository root
 MiB = 1024 * 1024
 COPY_BYTES = 8 * MiB
 DELAYS_NS = (2000, 10000)

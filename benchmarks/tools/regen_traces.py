@@ -1,6 +1,6 @@
 """Regenerate the shipped traces from exactly the commands documented in traces/README.md.
 
-    python benchmarks/regen_traces.py OUTDIR [--check] [--only NAME ...] [--overwrite]
+    python benchmarks/tools/regen_traces.py OUTDIR [--check] [--only NAME ...] [--overwrite]
 
 The commands are read from the first fenced code block of ``traces/README.md`` (the one place
 they are written down): every line that starts with ``tracegen capture``. Each runs from the
@@ -24,7 +24,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # benchmarks/<kind>/ -> the repository root
 SHIPPED = ROOT / "traces"
 README = SHIPPED / "README.md"
 

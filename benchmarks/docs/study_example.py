@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Regenerate the worked study of docs/studies.md: its table and docs/img/study_example.png.
 
-    python benchmarks/study_example.py [--executor dask://HOST:PORT]
+    python benchmarks/docs/study_example.py [--executor dask://HOST:PORT]
 
 Runs ``replay sweep --study docs/studies/pcie_x_crypto.toml`` (PCIe bandwidth x CPU AES-GCM
 throughput per core x protocol on the shipped Llama traces and a transfer-heavy synthetic trace) into
@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 from click.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # benchmarks/<kind>/ -> the repository root
 STUDY = ROOT / "docs" / "studies" / "pcie_x_crypto.toml"
 OUT = ROOT / "benchmarks" / "out" / "study_example.parquet"
 FIG = ROOT / "docs" / "img" / "study_example.png"

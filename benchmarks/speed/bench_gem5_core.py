@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Speed of the gem5-free C++ core (models/h100/cpp) against the Python replay (a script, not a test).
 
-    python benchmarks/bench_gem5_core.py [--ops 1000000] [--seed 0] [--protocols captured,fastrack]
+    python benchmarks/speed/bench_gem5_core.py [--ops 1000000] [--seed 0] [--protocols captured,fastrack]
                                          [--gem5 /path/to/gem5/build/NULL/gem5.opt]
 
 1. Generates ``tracegen synth random --ops N --seed S`` into ``benchmarks/out/`` (gitignored)
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-OUT = HERE / "out"
+ROOT = HERE.parent.parent  # benchmarks/<kind>/ -> the repository root
+OUT = ROOT / "benchmarks" / "out"  # shared by every benchmark (gitignored)
 CPP = ROOT / "models" / "h100" / "cpp"
 
 

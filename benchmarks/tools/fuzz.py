@@ -20,8 +20,8 @@ inherits the parent's state, and one CI run saw a single unreproducible hang of 
 exits in 0.07 s. A command that hangs in the fresh interpreter too is a failure; the summary
 lists the rerun cases (``rerun_after_a_forked_hang``).
 
-    python benchmarks/fuzz.py --cases 2000 --seed 1          # the CI run (tests/test_fuzz.py)
-    python benchmarks/fuzz.py --cases 20000 --seed 7 --jobs 2 # a long run
+    python benchmarks/tools/fuzz.py --cases 2000 --seed 1          # the CI run (tests/test_fuzz.py)
+    python benchmarks/tools/fuzz.py --cases 20000 --seed 7 --jobs 2 # a long run
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # benchmarks/<kind>/ -> the repository root
 DATA = ROOT / "tests" / "data"
 PRESET = ROOT / "models" / "h100" / "presets" / "h100-sxm.toml"
 SECRET = "hf_FUZZ0PLANTED0SECRET0a1b2c3d4e5f"

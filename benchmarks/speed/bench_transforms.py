@@ -2,7 +2,7 @@
 """The protocol transforms alone, in process (a script, not a test; docs/performance.md "Protocol
 transforms"):
 
-    python benchmarks/bench_transforms.py [--ops 100000,1000000] [--protocols none,baseline,fastrack]
+    python benchmarks/speed/bench_transforms.py [--ops 100000,1000000] [--protocols none,baseline,fastrack]
 
 For each trace size (``benchmarks/out/random-N-s0.parquet``, made by bench_replay.py) and each
 protocol, one fresh child process loads the graph, warms what the transform calls that is not the
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parent.parent  # benchmarks/<kind>/ -> the repository root
 
 CHILD = r"""
 import json, sys, time, tracemalloc
@@ -69,9 +69,9 @@ def main() -> int:
     args = ap.parse_args()
     rows = []
     for ops in [int(x) for x in args.ops.split(",")]:
-        trace = HERE / "out" / f"random-{ops}-s0.parquet"
+        trace = ROOT / "benchmarks" / "out" / f"random-{ops}-s0.parquet"
         if not trace.exists():
-            print(f"{trace} missing: run benchmarks/bench_replay.py --ops {ops} first", file=sys.stderr)
+            print(f"{trace} missing: run benchmarks/speed/bench_replay.py --ops {ops} first", file=sys.stderr)
             return 2
         for p in args.protocols.split(","):
             times = [child(trace, p, "time") for _ in range(args.repeat)]

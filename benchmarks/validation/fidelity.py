@@ -1,8 +1,8 @@
 """Fidelity of `replay --protocol captured` on real traces: replayed vs captured span.
 
-Usage: python benchmarks/fidelity.py TRACE_OR_DIR [TRACE_OR_DIR ...]
+Usage: python benchmarks/validation/fidelity.py TRACE_OR_DIR [TRACE_OR_DIR ...]
 
-e.g. ``python benchmarks/fidelity.py ../shared/traces/real/*.json.gz ../shared/traces/real/v100_dlrm_8rank/kineto``
+e.g. ``python benchmarks/validation/fidelity.py ../shared/traces/real/*.json.gz ../shared/traces/real/v100_dlrm_8rank/kineto``
 (the real traces the project ships beside the repository; ``tests/data`` holds small copies of some).
 
 Converts each trace (a file, or a directory of rank files) with `tracegen convert`, replays it
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-USAGE = "usage: python benchmarks/fidelity.py TRACE_OR_DIR [TRACE_OR_DIR ...]"
+USAGE = "usage: python benchmarks/validation/fidelity.py TRACE_OR_DIR [TRACE_OR_DIR ...]"
 
 
 def inputs(args: list[str]) -> list[Path]:

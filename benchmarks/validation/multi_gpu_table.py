@@ -1,7 +1,7 @@
 """Regenerate the results section of docs/multi-gpu.md: data-parallel training at 4 GPUs under GPU TEEs.
 
-    python benchmarks/multi_gpu_table.py            # rewrites the block between the markers in docs/multi-gpu.md
-    python benchmarks/multi_gpu_table.py --print    # prints it instead
+    python benchmarks/validation/multi_gpu_table.py            # rewrites the block between the markers in docs/multi-gpu.md
+    python benchmarks/validation/multi_gpu_table.py --print    # prints it instead
 
 4 GPUs as in the DDP study (docs/sources.md [S2]). Inputs: the training traces of traces/ that carry
 gradient markers (GPT-2-XL first). Every number is one replay of the H100 model (preset h100-sxm)
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # benchmarks/<kind>/ -> the repository root
 sys.path.insert(0, str(ROOT))
 
 from fastrack_core.docsection import replace_section  # noqa: E402
@@ -96,7 +96,7 @@ def build() -> str:
             continue  # not a training trace with gradient markers
         graphs[name] = graph
     lines = [BEGIN, "", *main_table(graphs), *sensitivity_table(graphs["gpt2_xl"]),
-             f"Regenerate: `python benchmarks/multi_gpu_table.py` ({time.time() - t0:.0f} s on the 2-core "
+             f"Regenerate: `python benchmarks/validation/multi_gpu_table.py` ({time.time() - t0:.0f} s on the 2-core "
              "development machine).", "", END]
     return "\n".join(lines)
 

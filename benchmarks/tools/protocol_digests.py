@@ -2,8 +2,8 @@
 """Digests of every protocol's transformed graph and replay JSON, to prove a speed change changed
 nothing (a script, not a test; docs/performance.md "Protocol transforms").
 
-    python benchmarks/protocol_digests.py save FILE    # record today's digests
-    python benchmarks/protocol_digests.py check FILE   # compare; exit 1 naming every difference
+    python benchmarks/tools/protocol_digests.py save FILE    # record today's digests
+    python benchmarks/tools/protocol_digests.py check FILE   # compare; exit 1 naming every difference
 
 Cases: the test fixtures of tests/data (converted into benchmarks/out/golden/), random synthetic
 traces (one and two ranks) and pageable-copy microbenchmarks (the 8-rank fixture runs the
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-GOLD = HERE / "out" / "golden"
+ROOT = HERE.parent.parent  # benchmarks/<kind>/ -> the repository root
+GOLD = ROOT / "benchmarks" / "out" / "golden"
 DATA = ROOT / "tests" / "data"
 
 FIXTURES = ("a100_cuda_event_sync_tiny.json.gz", "h100_bert_small_uncased.json.gz", "h100_qwen1.5_0.5b_chat.json.gz",

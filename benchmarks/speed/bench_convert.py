@@ -2,10 +2,10 @@
 """``tracegen convert`` against a plain ``json.load`` of the same file, process against process
 (a script, not a test).
 
-    python benchmarks/bench_convert.py [--traces DIR_OR_FILES] [--repeat 3] [--limit N]
+    python benchmarks/speed/bench_convert.py [--traces DIR_OR_FILES] [--repeat 3] [--limit N]
 
-What it measures (issue 16, "Speed": ``convert`` within 1.5x of ``json.load`` on the largest real
-trace):
+What it measures (the target of docs/performance.md, "Convert": ``convert`` within 1.5x of
+``json.load`` on the largest real trace):
 
 1. The traces: the Kineto files (``*.json``, ``*.json.gz``) of ``--traces`` (default
    ``../shared/traces/real`` (beside the checkout), else ``tests/data``), largest first (by decompressed size);
@@ -21,7 +21,7 @@ trace):
    (exact per child, so other work on a shared machine inflates it little); wall time and peak
    RSS are printed for information.
 5. Prints the ratio convert CPU / json.load CPU per trace, with the verdict ``pass`` or ``MISS``
-   against 1.5x for the largest trace (the issue's target; the others are printed without one:
+   against 1.5x for the largest trace (the target; the others are printed without one:
    on small files the fixed start-up cost of the imports dominates both sides).
 
 ``--strict`` exits 1 when the target is missed (for a person at a quiet machine, never CI).
@@ -38,12 +38,12 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parent.parent  # benchmarks/<kind>/ -> the repository root
 sys.path.insert(0, str(HERE))
 
 from bench_replay import best_of, byte_compile, print_table  # noqa: E402  (one way of measuring a child process, shared)
 
-TARGET = 1.5  # issue 16: convert CPU <= 1.5 x json.load CPU on the largest real trace
+TARGET = 1.5  # speed target: convert CPU <= 1.5 x json.load CPU on the largest real trace
 DEFAULT_TRACES = [ROOT.parent / "shared" / "traces" / "real", ROOT / "tests" / "data"]  # (the shared folder beside a checkout)
 
 LOAD_SNIPPET = (
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(["trace", "MiB (plain)", "json.load CPU s", "convert CPU s", "convert wall s", "peak MiB conv/load",
             "ratio"], rows)
     print(f"\nratio = CPU time (user + sys) of the convert process / CPU time of a gzip + json.load process on the "
-          f"same file, best of {args.repeat}; target (issue 16) for the largest trace only")
+          f"same file, best of {args.repeat}; target (docs/performance.md) for the largest trace only")
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     return 1 if (args.strict and missed) else 0

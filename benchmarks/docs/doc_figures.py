@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Regenerate the example figures of docs/studies.md (besides the worked study's, made by
-benchmarks/study_example.py):
+benchmarks/docs/study_example.py):
 
-    python benchmarks/doc_figures.py
+    python benchmarks/docs/doc_figures.py
 
 * docs/img/compare_example.png: ``replay compare traces/resnet.parquet --protocols
   baseline,fastrack,fastrack:direct,ppcie --plot ...``;
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # benchmarks/<kind>/ -> the repository root
 IMG = ROOT / "docs" / "img"
 RUNS = [
     ["compare", "traces/resnet.parquet", "--protocols", "baseline,fastrack,fastrack:direct,ppcie",

@@ -1,7 +1,7 @@
 """Host-side figures of the real H100 traces: the calibration of the modelled host time of
 emulated capture (``tracegen capture --host-time modelled``, ``tracegen/emulation/costmodel.py``).
 
-    python benchmarks/host_calibration.py [--real-dir tests/data]
+    python benchmarks/validation/host_calibration.py [--real-dir tests/data]
 
 For each Kineto trace (``h100_bert_small_uncased.json.gz``, ``h100_qwen1.5_0.5b_chat.json.gz``)
 it prints, from the main thread's events:
@@ -16,7 +16,7 @@ it prints, from the main thread's events:
   divided by the module calls of the step), and the host time per launched GPU op.
 
 Both traces were recorded with ``record_shapes``, ``profile_memory``, ``with_stack`` and
-``with_modules``: the profiler's own overhead is inside every figure (see docs/capture.md).
+``with_modules``: the profiler's own overhead is inside every figure (see docs/emulation.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # benchmarks/<kind>/ -> the repository root
 TRACES = ("h100_bert_small_uncased.json.gz", "h100_qwen1.5_0.5b_chat.json.gz")
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
