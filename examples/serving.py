@@ -18,8 +18,10 @@ Per step, as vLLM's model runner does:
   compute stream waits for, the fix SGLang PR #15188 describes; see below);
 * the forward: fused QKV and gate/up projections, RMSNorm, rotary embedding, the K/V of the
   step written into a KV cache that lives in GPU memory (one region of ``--max-len`` tokens per
-  slot: a block table whose blocks are contiguous), attention over each request's context
-  (grouped-query attention where the model has fewer KV heads);
+  slot: a block table whose blocks are contiguous), attention over each request's own context
+  as paged attention runs it (one variable-length FlashAttention call over the flattened batch,
+  each sequence reading only its own cache positions; grouped-query attention where the model
+  has fewer KV heads);
 * **sampling on the GPU** (temperature, the exponential-race sampler vLLM uses) and a per-step
   **D2H readback** of the sampled token ids (``.tolist()``).
 
@@ -32,6 +34,9 @@ concurrency) captured at start-up, before the first request; a decode step pads 
 next bucket, its H2D input copies write straight into that graph's static input buffers (padding
 rows point at a scratch KV slot), then ``graph.replay()`` (one ``cudaGraphLaunch``) runs the
 forward and the sampler, and the D2H token readback follows. Steps with a prefill chunk run eagerly.
+A graph's attention reads the context lengths of the step from its static buffers on a GPU; an
+emulated capture prices it once, at capture, with every row at the longest context of the run
+(``--input-len`` + ``--output-len``): an upper bound (docs/emulation.md, "Decode pricing").
 
 Host-side scheduling never depends on GPU values: output lengths are drawn up front (as a
 benchmark with ``ignore_eos`` does), so token ids read back under emulation are stand-ins.
@@ -47,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import random
 import sys
 from collections import deque
@@ -57,6 +63,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from toy_models import LlamaConfig
+
+try:  # variable-length FlashAttention with per-sequence KV lengths (PyTorch's paged-attention entry point)
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # older PyTorch: one SDPA call per sequence (eager steps only)
+    varlen_attn = None
+VARLEN = varlen_attn is not None and "seqused_k" in inspect.signature(varlen_attn).parameters
 
 # Model configurations (public architecture figures of each family; weights are random).
 MODELS = {
@@ -115,31 +127,28 @@ def rotary(x, cos, sin):
 
 
 def attention(q, kc, vc, batch: "Batch", heads: int, kv_heads: int):
-    """Attention of every scheduled token over its request's context in the cache. Decode rows
-    (one query token each) go through one batched call over their slots, with a length mask;
-    each prefill chunk through its own causal call over its slot's first ``end`` positions."""
-    hd = q.shape[-1]
-    max_len = batch.max_len
-    kv = kc.view(-1, max_len, kv_heads, hd)  # [slots, max_len, kv_heads, head_dim]
-    vv = vc.view(-1, max_len, kv_heads, hd)
+    """Attention of every scheduled token over its own request's context in the cache, as paged
+    attention runs it: one variable-length FlashAttention call over the flattened batch. Sequence
+    ``i`` (a prefill chunk or a decode row) has the query rows ``cu_seq_q[i]:cu_seq_q[i+1]`` and
+    reads the first ``seq_used[i]`` positions of its slot's cache region, which starts at row
+    ``cu_seq_k[i]`` (FlashAttention takes a sequence's keys from ``cu_seq_k[i]`` on for
+    ``seqused_k[i]`` positions). Causal, aligned to the end of the context: a prefill chunk sees
+    its request's past and itself causally, a decode row its whole context. Without varlen
+    attention (older PyTorch): one SDPA call per sequence, over the same positions."""
     gqa = kv_heads != heads
+    if VARLEN:
+        return varlen_attn(q, kc, vc, batch.cu_seq_q, batch.cu_seq_k, batch.max_q, batch.max_k,
+                           window_size=(-1, 0), enable_gqa=gqa, seqused_k=batch.seq_used)
+    hd = q.shape[-1]
+    kv = kc.view(-1, batch.max_len, kv_heads, hd)  # [slots, max_len, kv_heads, head_dim]
+    vv = vc.view(-1, batch.max_len, kv_heads, hd)
     outs = []
-    for (slot, start, n) in batch.prefills:  # prefill chunks: causal within the chunk, all of the past before it
-        end = start + n
-        qp = q[batch.token_offset[slot]:batch.token_offset[slot] + n].transpose(0, 1)[None]
-        kp = kv[slot, :end].transpose(0, 1)[None]
-        vp = vv[slot, :end].transpose(0, 1)[None]
-        mask = None if start == 0 else torch.ones(n, end, dtype=torch.bool, device=q.device).tril(diagonal=start)
-        outs.append(F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, is_causal=start == 0,
+    for (row, n, slot, used) in batch.seqs:
+        qs = q[row:row + n].transpose(0, 1)[None]
+        ks, vs = kv[slot, :used].transpose(0, 1)[None], vv[slot, :used].transpose(0, 1)[None]
+        mask = None if n in (1, used) else torch.ones(n, used, dtype=torch.bool, device=q.device).tril(used - n)
+        outs.append(F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, is_causal=n == used > 1,
                                                    enable_gqa=gqa)[0].transpose(0, 1))
-    if batch.num_decode:  # one call over the slots 0..top-1; rows of slots not decoding are masked padding
-        top, span = batch.decode_top, batch.decode_span
-        qd = q.new_zeros(top, heads, hd).index_copy_(0, batch.decode_slots, q[batch.num_prefill_tokens:])
-        kd = kv[:top, :span].transpose(1, 2)
-        vd = vv[:top, :span].transpose(1, 2)
-        mask = (batch.positions_range[:span][None, :] < batch.slot_lens[:, None])[:, None, None, :]
-        od = F.scaled_dot_product_attention(qd[:, :, None, :], kd, vd, attn_mask=mask, enable_gqa=gqa)
-        outs.append(od[:, :, 0, :].index_select(0, batch.decode_slots))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
 
@@ -204,18 +213,18 @@ class Batch:
     positions: torch.Tensor
     slot_mapping: torch.Tensor
     logits_indices: torch.Tensor
-    decode_slots: torch.Tensor  # the KV-cache slot of each decode row (vLLM: its block-table row)
-    slot_lens: torch.Tensor  # context length of each slot 0..top-1 (1 for slots not decoding)
-    positions_range: torch.Tensor
+    cu_seq_q: torch.Tensor  # int32 [sequences + 1]: first query row of each sequence, then the row count
+    cu_seq_k: torch.Tensor  # int32 [sequences + 1]: first cache row of each sequence's slot, then the pool size
+    seq_used: torch.Tensor  # int32 [sequences]: cache positions each sequence reads (its context)
+    max_q: int  # the most query rows of one sequence
+    max_k: int  # the most cache positions one sequence may read
     max_len: int
-    prefills: list[tuple[int, int, int]]  # (slot, start, tokens) of each prefill chunk
-    token_offset: dict[int, int]  # slot -> first row of its chunk in the flattened batch
+    seqs: list[tuple[int, int, int, int]]  # host copy: (first row, rows, slot, context) of each sequence
     num_prefill_tokens: int
     num_decode: int
-    decode_top: int  # decode attention runs over slots 0..decode_top-1
-    decode_span: int  # ... and their first decode_span positions
     sampled_rows: list[Request] = field(default_factory=list)  # requests that get a token this step
     graph_size: int = 0  # --cuda-graphs: the bucket whose graph runs this decode-only step (0: eager)
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # --cuda-graphs: a graph's static inputs
 
 
 def mark(event: str, rid: int) -> None:
@@ -232,11 +241,10 @@ class Server:
         with torch.device(device):  # weights created on the GPU (no H2D of random weights)
             self.model = ServeModel(cfg).to(dtype=dtype).eval()
         hd = cfg.dim // cfg.heads
-        rows = (self.slots + 1) * self.max_len  # one slot more: the scratch slot padding rows write to
-        self.caches = [(torch.zeros(rows, cfg.kv_heads, hd, device=device, dtype=dtype),
-                        torch.zeros(rows, cfg.kv_heads, hd, device=device, dtype=dtype))
+        self.rows = (self.slots + 1) * self.max_len  # one slot more: the scratch slot padding rows write to
+        self.caches = [(torch.zeros(self.rows, cfg.kv_heads, hd, device=device, dtype=dtype),
+                        torch.zeros(self.rows, cfg.kv_heads, hd, device=device, dtype=dtype))
                        for _ in range(cfg.layers)]
-        self.positions_range = torch.arange(self.max_len, device=device)
         self.compute = torch.cuda.current_stream()
         self.copy_stream = torch.cuda.Stream() if args.async_h2d else None
         self.readback_stream = torch.cuda.Stream() if args.overlap else None
@@ -244,15 +252,17 @@ class Server:
         cap = args.max_batched_tokens + self.slots
         self.host_buf = {name: self._host(cap) for name in ("input_ids", "positions", "slot_mapping")}
         rows = max(self.slots + 1, next(s for s in CAPTURE_SIZES if s >= self.slots))  # a padded decode batch
-        self.host_buf.update({name: self._host(rows)
-                              for name in ("logits_indices", "decode_slots", "slot_lens", "prev_rows")})
+        self.host_buf.update({name: self._host(rows) for name in ("logits_indices", "prev_rows")})
+        seqs = max(cap, rows)  # sequences of one step: at most one per token
+        self.host_buf["seq_starts"] = self._host(2 * (seqs + 1), torch.int32)  # cu_seq_q, then cu_seq_k
+        self.host_buf["seq_used"] = self._host(seqs, torch.int32)
         self.graphs: dict[int, tuple] = {}  # bucket size -> (graph, static Batch, sampled tokens)
         self.prev_tokens = None  # --overlap: the previous step's samples, on the GPU
         self.prev_rows: list[Request] = []
         self.pending = None  # --overlap: (pinned tokens, event, rows) of the step not yet read back
 
-    def _host(self, n: int) -> torch.Tensor:
-        t = torch.zeros(n, dtype=torch.int64)
+    def _host(self, n: int, dtype=torch.int64) -> torch.Tensor:
+        t = torch.zeros(n, dtype=dtype)
         return t.pin_memory() if self.pin else t
 
     # -- host side
@@ -273,11 +283,10 @@ class Server:
     def inputs(self, chunks, decodes) -> Batch:
         """Fill the host buffers (vectorised, as vLLM's input preparation) and copy them to the GPU."""
         ids, pos, slots_, logit_rows = [], [], [], []
-        prefills, offsets, row, sampled = [], {}, 0, []
+        seqs, row, sampled = [], 0, []  # seqs: (first row, rows, slot, context after this step)
         for r, n in chunks:
             start = r.computed
-            offsets[r.slot] = row
-            prefills.append((r.slot, start, n))
+            seqs.append((row, n, r.slot, start + n))
             ids += r.prompt[start:start + n]
             pos += range(start, start + n)
             slots_ += range(r.slot * self.max_len + start, r.slot * self.max_len + start + n)
@@ -286,28 +295,34 @@ class Server:
                 logit_rows.append(row - 1)
                 sampled.append(r)
         n_pre = row
-        top = max((r.slot for r in decodes), default=-1) + 1
-        slot_lens = [1] * top
         for r in decodes:
             p = len(r.prompt) + r.sampled - 1  # position of the last sampled token, fed back now
+            seqs.append((row, 1, r.slot, p + 1))
             ids.append(r.last_token)
             pos.append(p)
             slots_.append(r.slot * self.max_len + p)
-            slot_lens[r.slot] = p + 1
             logit_rows.append(row)
             row += 1
             sampled.append(r)
-        host = {"input_ids": ids, "positions": pos, "slot_mapping": slots_, "logits_indices": logit_rows,
-                "decode_slots": [r.slot for r in decodes], "slot_lens": slot_lens}
+        host = {"input_ids": ids, "positions": pos, "slot_mapping": slots_, "logits_indices": logit_rows}
         if self.graphs and decodes and not chunks:
-            return self.graph_inputs(host, decodes, sampled)
+            return self.graph_inputs(host, seqs, decodes, sampled)
+        host.update(self.seq_lists(seqs, row))
         gpu = self.upload(host)
         self.overlap_ids(gpu["input_ids"], n_pre, decodes)
+        cu = gpu["seq_starts"]
         return Batch(input_ids=gpu["input_ids"], positions=gpu["positions"], slot_mapping=gpu["slot_mapping"],
-                     logits_indices=gpu["logits_indices"], decode_slots=gpu["decode_slots"],
-                     slot_lens=gpu["slot_lens"], positions_range=self.positions_range, max_len=self.max_len,
-                     prefills=prefills, token_offset=offsets, num_prefill_tokens=n_pre, num_decode=len(decodes),
-                     decode_top=top, decode_span=max(slot_lens, default=0), sampled_rows=sampled)
+                     logits_indices=gpu["logits_indices"], cu_seq_q=cu[:len(seqs) + 1], cu_seq_k=cu[len(seqs) + 1:],
+                     seq_used=gpu["seq_used"], max_q=max(n for _, n, _, _ in seqs),
+                     max_k=max(u for _, _, _, u in seqs), max_len=self.max_len, seqs=seqs, num_prefill_tokens=n_pre,
+                     num_decode=len(decodes), sampled_rows=sampled)
+
+    def seq_lists(self, seqs: list[tuple[int, int, int, int]], total_rows: int) -> dict[str, list[int]]:
+        """The varlen attention metadata of ``seqs``: query starts and cache-region starts (one
+        buffer, two views) and the positions each sequence reads."""
+        cu_q = [row for row, _, _, _ in seqs] + [total_rows]
+        cu_k = [slot * self.max_len for _, _, slot, _ in seqs] + [self.rows]
+        return {"seq_starts": cu_q + cu_k, "seq_used": [used for _, _, _, used in seqs]}
 
     def overlap_ids(self, input_ids: torch.Tensor, n_pre: int, decodes: list[Request]) -> None:
         """--overlap: decode token ids come from the previous step's samples on the GPU, never
@@ -317,7 +332,7 @@ class Server:
             idx = self.upload({"prev_rows": [prev.get(id(r), 0) for r in decodes]})["prev_rows"]
             input_ids[n_pre:n_pre + len(decodes)] = self.prev_tokens.index_select(0, idx)
 
-    def graph_inputs(self, host: dict[str, list[int]], decodes: list[Request], sampled: list[Request]) -> Batch:
+    def graph_inputs(self, host: dict[str, list[int]], seqs, decodes: list[Request], sampled: list[Request]) -> Batch:
         """A decode-only step for a CUDA graph: the batch padded to the next bucket (padding rows
         write their K/V to the scratch slot and attend over one position), the host lists copied
         straight into that graph's static input buffers."""
@@ -325,14 +340,13 @@ class Server:
         size = next(s for s in CAPTURE_SIZES if s >= n)
         pad = size - n
         scratch = self.slots
-        lens = host["slot_lens"] + [1] * (self.slots + 1 - len(host["slot_lens"]))
+        seqs = seqs + [(n + i, 1, scratch, 1) for i in range(pad)]
         padded = {"input_ids": host["input_ids"] + [0] * pad, "positions": host["positions"] + [0] * pad,
-                  "slot_mapping": host["slot_mapping"] + [scratch * self.max_len] * pad,
-                  "decode_slots": host["decode_slots"] + [scratch] * pad, "slot_lens": lens}
+                  "slot_mapping": host["slot_mapping"] + [scratch * self.max_len] * pad, **self.seq_lists(seqs, size)}
         _, static, _ = self.graphs[size]
-        self.upload(padded, into={name: getattr(static, name) for name in padded})
+        self.upload(padded, into=static.buffers)
         self.overlap_ids(static.input_ids, 0, decodes)
-        return dataclasses.replace(static, num_decode=n, sampled_rows=sampled, graph_size=size)
+        return dataclasses.replace(static, num_decode=n, sampled_rows=sampled, graph_size=size, seqs=seqs)
 
     def upload(self, values: dict[str, list[int]], into: dict[str, torch.Tensor] | None = None
                ) -> dict[str, torch.Tensor]:
@@ -347,7 +361,7 @@ class Server:
                 buf = self.host_buf[name]
                 n = max(len(vals), 1)
                 if vals:
-                    buf[:len(vals)] = torch.tensor(vals, dtype=torch.int64)
+                    buf[:len(vals)] = torch.tensor(vals, dtype=buf.dtype)
                 if into is not None:
                     out[name] = into[name][:n].copy_(buf[:n], non_blocking=True)
                 else:
@@ -367,21 +381,26 @@ class Server:
         return sample(logits, self.args.temperature)
 
     def capture_graphs(self) -> None:
-        """--cuda-graphs, at start-up as vLLM does: one graph per bucket up to the concurrency,
-        each over static input buffers (padding rows: the scratch slot) and attention spanning
-        every slot and --max-len positions (the shapes a replay must keep)."""
+        """--cuda-graphs, at start-up as vLLM does: one graph per bucket up to the concurrency, each
+        over static input buffers (padding rows: the scratch slot). The attention metadata the
+        graph is captured with has every row at the longest context of this run (--input-len +
+        --output-len, in the scratch slot): on a GPU the values at capture do not matter (a replay
+        reads the step's own), and an emulated capture prices each graph's attention with them."""
         dev, scratch = self.device, self.slots
+        longest = min(self.args.input_len + self.args.output_len, self.max_len)
         top = next(s for s in CAPTURE_SIZES if s >= self.slots)
         for size in [s for s in CAPTURE_SIZES if s <= top]:
-            static = Batch(input_ids=torch.zeros(size, dtype=torch.int64, device=dev),
-                           positions=torch.zeros(size, dtype=torch.int64, device=dev),
-                           slot_mapping=torch.full((size,), scratch * self.max_len, dtype=torch.int64, device=dev),
-                           logits_indices=torch.arange(size, device=dev),
-                           decode_slots=torch.full((size,), scratch, dtype=torch.int64, device=dev),
-                           slot_lens=torch.ones(self.slots + 1, dtype=torch.int64, device=dev),
-                           positions_range=self.positions_range, max_len=self.max_len, prefills=[], token_offset={},
-                           num_prefill_tokens=0, num_decode=size, decode_top=self.slots + 1,
-                           decode_span=self.max_len)
+            meta = self.seq_lists([(i, 1, scratch, longest) for i in range(size)], size)
+            buffers = {"input_ids": torch.zeros(size, dtype=torch.int64, device=dev),
+                       "positions": torch.zeros(size, dtype=torch.int64, device=dev),
+                       "slot_mapping": torch.full((size,), scratch * self.max_len, dtype=torch.int64, device=dev),
+                       "seq_starts": torch.tensor(meta["seq_starts"], dtype=torch.int32, device=dev),
+                       "seq_used": torch.tensor(meta["seq_used"], dtype=torch.int32, device=dev)}
+            static = Batch(input_ids=buffers["input_ids"], positions=buffers["positions"],
+                           slot_mapping=buffers["slot_mapping"], logits_indices=torch.arange(size, device=dev),
+                           cu_seq_q=buffers["seq_starts"][:size + 1], cu_seq_k=buffers["seq_starts"][size + 1:],
+                           seq_used=buffers["seq_used"], max_q=1, max_k=self.max_len, max_len=self.max_len,
+                           seqs=[], num_prefill_tokens=0, num_decode=size, buffers=buffers)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 out = sample(self.model(static, self.caches), self.args.temperature)
@@ -448,6 +467,8 @@ def check_args(args) -> str | None:
                 f"(--concurrency {args.concurrency})")
     if not 0 < args.range_ratio <= 1:
         return f"--range-ratio must be in (0, 1], got {args.range_ratio}"
+    if args.cuda_graphs and not VARLEN:
+        return "--cuda-graphs needs torch.nn.attention.varlen.varlen_attn with seqused_k (a newer PyTorch)"
     return None
 
 

@@ -156,6 +156,7 @@ METADATA_FIELDS: dict[str, str] = {
     "created_by": "str: 'fastrack <version>' that wrote the file",
     "capture_notes": "list[str]: what the capture could not reproduce as the hardware would (one line each)",
     "host_time": "dict[str,scalar]: emulated capture, how host time was made (mode; script mode: calibration, totals)",
+    "window": "dict[str,scalar]: capture --window-from/--window-to: the names that opened and closed the recorded window, what was left out",
 }
 
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -173,6 +174,7 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
     "created_by": str,
     "capture_notes": list,
     "host_time": dict,
+    "window": dict,
 }
 
 
@@ -206,6 +208,9 @@ def clean_metadata(meta: dict[str, Any]) -> dict[str, Any]:
         if key == "host_time":  # flat: short names, scalar values (docs/capture.md names them)
             value = {str(k)[:40]: v for k, v in value.items()
                      if isinstance(v, (str, int, float, bool)) and not (isinstance(v, str) and len(v) > 80)}
+        if key == "window":  # flat: short names, scalar values or null (docs/capture.md, "Setup out of the window")
+            value = {str(k)[:40]: v for k, v in value.items()
+                     if v is None or isinstance(v, (str, int, float, bool)) and not (isinstance(v, str) and len(v) > 200)}
         out[key] = value
     out["schema_version"] = SCHEMA_VERSION
     return out

@@ -91,7 +91,7 @@ def _print_script_traceback(exc: BaseException, path: Path) -> None:
 
 # ----------------------------------------------------------------------------- steps
 
-from tracegen.steps import select_steps  # noqa: E402  (re-exported: capture's step selection)
+from tracegen.steps import select_steps, select_window  # noqa: E402  (re-exported: capture's step selection)
 
 
 # ----------------------------------------------------------------------------- emulated path
@@ -106,8 +106,11 @@ def recorder_table(rec) -> pa.Table:
 def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_steps: int = 0,
                      steps: int | None = None, name: str | None = None, host_time: str = DEFAULT_HOST_TIME,
                      gpu_speed: float = 1.0, copy_speed: float = 1.0,
-                     host_speed: float = 1.0, real_clock: bool = False) -> tuple[pa.Table, dict[str, Any]]:
+                     host_speed: float = 1.0, real_clock: bool = False, window_from: str | None = None,
+                     window_to: str | None = None) -> tuple[pa.Table, dict[str, Any]]:
     """Run ``script`` on the emulated GPU ``device``; return the trace table and its metadata.
+    ``window_from``/``window_to``: record only from the first call or range of that name to the
+    end of the first call or range of the other (:mod:`tracegen.window`; docs/capture.md).
     ``real_clock``: the script's ``time`` module reads this machine's clock instead of the emulated
     one (:mod:`tracegen.emulation.clock`).
     ``host_time``: ``script`` (the script's own Python measured as thread CPU time and scaled to
@@ -120,12 +123,20 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
 
     spec, path, speed = _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, host_speed)
     rec = Recorder(spec, host_time=host_time, gpu_speed=speed.gpu, copy_speed=speed.copy, host_speed=speed.host)
+    window = _window(window_from, window_to, rec)
     with emulated_gpu(rec, real_clock=real_clock):
-        run_script(path, script_args)
+        from tracegen.window import window_hooks
+
+        with window_hooks(window):
+            run_script(path, script_args)
     if rec.gpu_ops == 0:
         raise CaptureError("the script launched no GPU work (no tensor or module was put on 'cuda'); "
                            "no trace written", path=str(path))
-    table = select_steps(recorder_table(rec), skip_steps, steps, launch_latency_ns=spec.launch_latency_ns)
+    table = recorder_table(rec)
+    if window is not None:
+        window.check()
+        table, cut = select_window(table, launch_latency_ns=spec.launch_latency_ns)
+    table = select_steps(table, skip_steps, steps, launch_latency_ns=spec.launch_latency_ns)
     meta = capture_metadata(path, name, emulated=True, device_model=spec.name, gpu_model=spec.gpu_name,
                      torch_version=torch.__version__)
     meta["capture_tool"] = (f"fastrack tracegen capture (emulated GPU, {host_time} host time{speed.describe()}"
@@ -133,7 +144,18 @@ def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_s
     meta["host_time"] = host_time_metadata(rec)
     if rec.notes:
         meta["capture_notes"] = list(rec.notes)
+    if window is not None:
+        meta["window"] = window.metadata(cut)
     return table, meta
+
+
+def _window(window_from, window_to, rec):
+    """The :class:`tracegen.window.Window` of ``--window-from``/``--window-to``, or None."""
+    if window_from is None and window_to is None:
+        return None
+    from tracegen.window import Window
+
+    return Window(window_from, window_to, rec.marker)
 
 
 def host_time_metadata(rec) -> dict[str, Any]:
@@ -266,8 +288,10 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
             steps: int | None = None, name: str | None = None, host_time: str = DEFAULT_HOST_TIME,
             gpu_speed: float = 1.0, copy_speed: float = 1.0,
             host_speed: float = 1.0, nproc: int | None = None,
-            real_clock: bool = False) -> tuple[pa.Table, dict[str, Any]]:
+            real_clock: bool = False, window_from: str | None = None,
+            window_to: str | None = None) -> tuple[pa.Table, dict[str, Any]]:
     """Capture ``script``: the profiler path on a real GPU, else (or with ``emulate=True``) emulation.
+    ``window_from``/``window_to``: the recorded window (emulation only, one rank).
     The speed factors apply to emulation only; a real GPU refuses any other than 1. ``nproc``:
     that many emulated ranks of a torch.distributed script (emulation only)."""
     import torch
@@ -277,6 +301,10 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
     speed = speed_factors(gpu_speed, copy_speed, host_speed)
     if emulate is None:
         emulate = not torch.cuda.is_available()
+    windowed = window_from is not None or window_to is not None
+    if windowed and (not emulate or nproc is not None):
+        raise CaptureError("--window-from/--window-to are available in emulated one-rank capture only "
+                           "(not with --no-emulate or --nproc)")
     if nproc is not None:
         if not emulate:
             raise CaptureError("--nproc runs emulated ranks (--emulate); on real GPUs start the script with "
@@ -296,7 +324,8 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
         return capture_profiler(script, script_args, skip_steps=skip_steps, steps=steps, name=name)
     return capture_emulated(script, script_args, device=device, skip_steps=skip_steps, steps=steps, name=name,
                             host_time=host_time, gpu_speed=speed.gpu, copy_speed=speed.copy,
-                            host_speed=speed.host, real_clock=real_clock)
+                            host_speed=speed.host, real_clock=real_clock, window_from=window_from,
+                            window_to=window_to)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -331,11 +360,17 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
 @click.option("--real-clock", is_flag=True,
               help="emulation: the script's time.time/perf_counter/monotonic/sleep and cuda Event timing "
                    "use this machine's clock [default: the emulated clock]")
+@click.option("--window-from", metavar="NAME", default=None,
+              help="emulation: record from the first call of the Python function NAME (qualified name, "
+                   "optionally module.) or the first record_function/NVTX range NAME on [the start]")
+@click.option("--window-to", metavar="NAME", default=None,
+              help="emulation: stop recording where the first call or range NAME after the window's start "
+                   "ends [the end]")
 @click.option("--progress/--no-progress", default=None,
               help="stage progress bar on stderr (default: when stderr is a terminal; never with -q)")
 @reports_errors
 def command(script, script_args, output, overwrite, name, skip_steps, steps, device, emulate, host_time,
-            gpu_speed, copy_speed, host_speed, nproc, real_clock, progress):
+            gpu_speed, copy_speed, host_speed, nproc, real_clock, window_from, window_to, progress):
     """Run SCRIPT (as `python SCRIPT SCRIPT_ARGS` would) and write its GPU trace.
 
     Everything after SCRIPT goes to the script; a script argument that looks like an option of
@@ -360,7 +395,8 @@ def command(script, script_args, output, overwrite, name, skip_steps, steps, dev
         stage("run and record")
         table, meta = capture(script, script_args, emulate=emulate, device=device, skip_steps=skip_steps,
                               steps=steps, name=name, host_time=host_time, gpu_speed=gpu_speed,
-                              copy_speed=copy_speed, host_speed=host_speed, nproc=nproc, real_clock=real_clock)
+                              copy_speed=copy_speed, host_speed=host_speed, nproc=nproc, real_clock=real_clock,
+                              window_from=window_from, window_to=window_to)
         stage("write")
         write_trace(out, table, meta)
     kinds = table.column("kind").to_pylist()

@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 
 from fastrack_core.cli_support import reports_errors
 from fastrack_core.outputs import check_input_path
-from fastrack_core.schema import DepKind, OpKind
+from fastrack_core.schema import CopyDir, DepKind, OpKind
+from fastrack_core.setup_time import computes, format_setup, setup_split
 from fastrack_core.traceio import read_trace
 
 COLUMNS = ["rank", "kind", "start_ns", "dur_ns", "bytes", "copy_dir", "host_mem", "step", "dep_kinds"]
@@ -116,6 +117,7 @@ def trace_info(path: str) -> dict[str, Any]:
 
     return {
         "path": path,
+        "setup": trace_setup(t, meta),
         "ops": t.num_rows,
         "ops_by_kind": ops_by_kind,
         "copies": copies,
@@ -127,6 +129,22 @@ def trace_info(path: str) -> dict[str, Any]:
         "steps": step_info,
         "metadata": {k: meta[k] for k in _META_ORDER if k in meta},
     }
+
+
+def trace_setup(t: pa.Table, meta: dict[str, Any]) -> dict[str, Any]:
+    """One-time setup in the recorded span (:func:`fastrack_core.setup_time.setup_split`; its rule in
+    docs/capture.md, "Setup out of the window"), and what a capture window left out."""
+    start = t.column("start_ns").to_numpy().astype(np.int64)
+    end = start + t.column("dur_ns").to_numpy().astype(np.int64)
+    codes = {k.label: int(k) for k in OpKind}
+    kind = np.array([codes.get(str(k), -1) for k in t.column("kind").to_pylist()], np.int64)
+    dirs = {c.label: int(c) for c in CopyDir}
+    copy_dir = np.array([dirs.get(d, 0) for d in t.column("copy_dir").to_pylist()], np.int64)
+    window = meta.get("window") if isinstance(meta.get("window"), dict) else None
+    out = setup_split(start, end, t.column("step").to_numpy(), computes(kind, copy_dir), windowed=window is not None)
+    if window is not None:
+        out["window"] = dict(window)
+    return out
 
 
 def _table(rows: list[list[str]], header: list[str], right: set[int]) -> list[str]:
@@ -185,6 +203,15 @@ def render(info: dict[str, Any]) -> str:
         out.append(f"steps: {s['count']} (#{s['first']} .. #{s['last']}), {s['ops_in_steps']} op(s) inside a step")
     else:
         out.append("steps: none")
+    setup = info.get("setup")
+    if setup is not None:
+        out += ["", format_setup(setup)]
+        w = setup.get("window")
+        if w:
+            to = f" to the end of {w.get('to')} ({w.get('to_kind')})" if w.get("to") else ""
+            out.append(f"  window from {w.get('from')} ({w.get('from_kind')}){to}: left out "
+                       f"{w.get('ops_before', 0)} op(s), {format_ns(int(w.get('before_ns') or 0))} before it and "
+                       f"{w.get('ops_after', 0)} op(s), {format_ns(int(w.get('after_ns') or 0))} after it")
     return "\n".join(out)
 
 

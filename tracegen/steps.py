@@ -54,6 +54,55 @@ def select_steps(table: pa.Table, skip_steps: int = 0, steps: int | None = None,
     return _keep(table, np.isin(step, chosen), launch_latency_ns)
 
 
+WINDOW_OPEN = "tracegen:window-open"  # marker rows written by tracegen.window; never in a written trace
+WINDOW_CLOSE = "tracegen:window-close"
+
+
+def select_window(table: pa.Table, *, launch_latency_ns: int | None = None) -> tuple[pa.Table, dict[str, int]]:
+    """Keep the ops issued between the window markers (:data:`WINDOW_OPEN`, :data:`WINDOW_CLOSE`,
+    each at most once; a missing one leaves that end open) and cut every dependency on the others,
+    edges and timestamps, as :func:`select_steps` does (:func:`retime`). The markers themselves go.
+
+    *Issued* inside: a host op of the markers' thread whose row lies between them (rows are in
+    start order, program order at equal start), a host op of another thread that starts between
+    their times, a GPU op whose launch call is inside (else: that starts between their times).
+    Returns the table and ``{ops_before, ops_after, before_ns, after_ns}``: the ops left out on
+    each side and the recorded time from the origin to the open marker and from the close marker
+    to the span's end."""
+    names = np.array(table.column("name").to_pylist(), dtype=object)
+    kinds = np.array([str(k) for k in table.column("kind").to_pylist()], dtype=object)
+    start = table.column("start_ns").to_numpy().astype(np.int64)
+    end = start + table.column("dur_ns").to_numpy().astype(np.int64)
+    thread = table.column("thread").to_numpy()
+    n = table.num_rows
+    rows = np.arange(n)
+    opens, closes = np.flatnonzero(names == WINDOW_OPEN), np.flatnonzero(names == WINDOW_CLOSE)
+    r_open = int(opens[0]) if opens.size else -1
+    r_close = int(closes[0]) if closes.size else n
+    t_open = int(start[r_open]) if r_open >= 0 else int(start.min(initial=0))
+    t_close = int(start[r_close]) if r_close < n else int(end.max(initial=0)) + 1
+    marker_thread = thread[r_open] if r_open >= 0 else (thread[r_close] if r_close < n else None)
+    on_gpu = np.isin(kinds, list(_GPU_KINDS))
+    own = ~on_gpu & (thread == marker_thread)
+    after_open = np.where(own, rows > r_open, start >= t_open)
+    before_close = np.where(own, rows < r_close, start < t_close)
+    pos = {int(o): i for i, o in enumerate(table.column("op_id").to_numpy())}
+    for i, (ds, ks) in enumerate(zip(table.column("deps").to_pylist(), table.column("dep_kinds").to_pylist())):
+        if on_gpu[i]:
+            launch = [pos[d] for d, k in zip(ds, ks) if k == DepKind.LAUNCH and d in pos]
+            if launch:
+                after_open[i], before_close[i] = after_open[launch[0]], before_close[launch[0]]
+    marker = (names == WINDOW_OPEN) | (names == WINDOW_CLOSE)
+    inside = after_open & before_close & ~marker
+    if not inside.any():
+        raise CaptureError("the recorded window holds no ops")
+    info = {"ops_before": int((~after_open & ~marker).sum()),
+            "ops_after": int((after_open & ~before_close & ~marker).sum()),
+            "before_ns": max(0, t_open - int(start.min())) if r_open >= 0 else 0,
+            "after_ns": max(0, int(end.max()) - t_close) if r_close < n else 0}
+    return _keep(table, inside, launch_latency_ns), info
+
+
 def _keep(table: pa.Table, mask: np.ndarray, launch_latency_ns: int | None) -> pa.Table:
     old_ids = table.column("op_id").to_numpy()
     pos = {int(o): i for i, o in enumerate(old_ids)}

@@ -96,7 +96,8 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
                 bucket_mb, scale, serving):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from fastrack_core.memory import release_free_memory
-    from replay.pipeline.results import JSON_DIGITS, slowdown
+    from replay.frontend.report import setup_report
+    from replay.pipeline.results import JSON_DIGITS, setup_metrics, slowdown
     from replay.pipeline.run import load_graph, prepare, replay_prepared, replay_reference
     from replay.pipeline.serving import format_serving, has_request_markers, overhead, require_markers, serving_metrics
     from replay.whatif.scale import parse_scales
@@ -119,8 +120,11 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
     # memory: the reference first, keeping only its figures; then the protocol's transform, after
     # which the trace graph is dropped before the schedule allocates (docs/performance.md)
     ref = None
+    window = tr.metadata.get("window") if isinstance(tr.metadata.get("window"), dict) else None
+    windowed = window is not None
     if protocol not in (CAPTURED, NONE) and reference:
-        ref = replay_reference(graph, model, preset, overrides, trace_ops=tr.num_ops, scales=scales, serving=serving)
+        ref = replay_reference(graph, model, preset, overrides, trace_ops=tr.num_ops, scales=scales, serving=serving,
+                               setup=True, windowed=windowed)
         release_free_memory()  # (the reference's pages, before the protocol's transform allocates)
     prep = prepare(graph, protocol, model, preset, overrides, scales)
     del graph
@@ -135,6 +139,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
     out["trace_source"] = {k: tr.metadata.get(k) for k in ("source_format", "gpu_model", "device_model", "trace_name")}
     if serving:
         out["serving"] = serving_metrics(rep.graph, rep.schedule)
+    out["setup"] = setup_report(setup_metrics(rep.graph, rep.schedule, windowed), ref, rep.result.makespan_ns, window)
     if ref is not None:
         out["reference"] = {"protocol": NONE, "makespan_ns": ref.makespan_ns}
         out["slowdown_vs_none"] = slowdown(rep.result.makespan_ns, ref.makespan_ns, JSON_DIGITS)

@@ -53,6 +53,39 @@ def format_summary(d: dict[str, Any]) -> str:
     lines.append("busiest resources:")
     for r in busy:
         lines.append(f"  {r['name']:<36} busy {fmt_ns(r['busy_ns']):>14}  {100 * r['utilization']:5.1f}%  ops {r['ops']:,}")
+    if d.get("setup"):
+        lines.append(format_setup_line(d["setup"]))
     for note in d.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def setup_report(split: dict[str, Any], ref, makespan_ns: int, window: dict[str, Any] | None) -> dict[str, Any]:
+    """The JSON ``setup`` of a replay: the one-time setup of the replayed span
+    (:func:`replay.pipeline.results.setup_metrics`), with a reference replay (protocol ``none``)
+    also the setup's part of the CC overhead, and the capture window's left-out figures."""
+    out = dict(split)
+    if ref is not None and ref.setup is not None:
+        overhead = int(makespan_ns) - int(ref.makespan_ns)
+        extra = int(split["setup_ns"]) - int(ref.setup["setup_ns"])
+        out["reference_setup_ns"] = int(ref.setup["setup_ns"])
+        out["cc_overhead_ns"] = overhead
+        out["setup_overhead_ns"] = extra
+        out["setup_overhead_share"] = round(extra / overhead, 6) if overhead > 0 else None
+    if window is not None:
+        out["window"] = dict(window)
+    return out
+
+
+def format_setup_line(s: dict[str, Any]) -> str:
+    """``setup      X of Y span (Z%), rule R[; W of the CC overhead V (U%)]``."""
+    line = (f"setup      {fmt_ns(s['setup_ns'])} of {fmt_ns(s['span_ns'])} span ({100 * s['share']:.1f}%), "
+            f"rule {s['rule']}")
+    if "cc_overhead_ns" in s:
+        share = s.get("setup_overhead_share")
+        line += (f"; {fmt_ns(s['setup_overhead_ns'])} of the CC overhead {fmt_ns(s['cc_overhead_ns'])}"
+                 f" ({'n/a' if share is None else f'{100 * share:.1f}%'})")
+    w = s.get("window")
+    if w:
+        line += f"; capture window from {w.get('from')} left out {fmt_ns(int(w.get('before_ns') or 0))} before it"
+    return line

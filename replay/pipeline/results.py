@@ -402,10 +402,24 @@ def resource_usage(graph: OpGraph, sched: Schedule, makespan: int) -> list[dict[
     return out
 
 
+def setup_metrics(graph: OpGraph, sched: Schedule, windowed: bool = False) -> dict[str, Any]:
+    """One-time setup of the replayed span (``{"rule", "setup_ns", "span_ns", "share"}``): the
+    rule of :func:`fastrack_core.setup_time.setup_split` on the replayed entry times of the ops the
+    trace recorded (nodes a protocol added neither start nor end a setup), over the makespan."""
+    from fastrack_core.setup_time import computes, setup_split
+
+    entered = entry_times(graph, sched)
+    origin, last = int(entered.min()), int(sched.finish.max())
+    ours = np.flatnonzero(graph.captured_start >= 0)
+    kind = graph.kind[ours]
+    return setup_split(entered[ours], sched.finish[ours], graph.step[ours], computes(kind, graph.copy_dir[ours]),
+                       windowed=windowed, origin=origin, last=last)
+
+
 def kind_counts(graph: OpGraph) -> dict[str, int]:
     vals, counts = np.unique(graph.kind, return_counts=True)
     return {graph.kind_label(int(v)): int(c) for v, c in zip(vals, counts)}
 
 
-__all__ = ["ReplayResult", "summarize", "critical_path", "resource_usage", "step_spans", "kind_counts",
+__all__ = ["ReplayResult", "summarize", "setup_metrics", "critical_path", "resource_usage", "step_spans", "kind_counts",
            "BOUND_RELEASE", "OpKind"]

@@ -92,11 +92,13 @@ class Reference:
 
     makespan_ns: int
     serving: dict | None
+    setup: dict | None = None  # its one-time setup (replay.pipeline.results.setup_metrics), when asked for
 
 
 def replay_reference(graph: OpGraph, model: str = DEFAULT_MODEL, preset: str | None = None,
                      overrides: Sequence[str] = (), trace_ops: int | None = None,
-                     scales: Mapping[str, float] | None = None, serving: bool = False) -> Reference:
+                     scales: Mapping[str, float] | None = None, serving: bool = False,
+                     setup: bool = False, windowed: bool = False) -> Reference:
     """Replay ``graph`` under :data:`~replay.names.NONE` and keep only what a slowdown needs, so its
     graph and schedule are freed before the protocol's own replay allocates."""
     rep = replay_graph(graph, NONE, model, preset, overrides, trace_ops=trace_ops, scales=scales)
@@ -105,7 +107,12 @@ def replay_reference(graph: OpGraph, model: str = DEFAULT_MODEL, preset: str | N
         from replay.pipeline.serving import serving_metrics
 
         served = serving_metrics(rep.graph, rep.schedule)
-    return Reference(makespan_ns=rep.result.makespan_ns, serving=served)
+    split = None
+    if setup:
+        from replay.pipeline.results import setup_metrics
+
+        split = setup_metrics(rep.graph, rep.schedule, windowed)
+    return Reference(makespan_ns=rep.result.makespan_ns, serving=served, setup=split)
 
 
 def open_trace(path: str | os.PathLike, columns: Sequence[str] | None = None) -> Trace:

@@ -47,6 +47,13 @@ class GpuSpec:
     attention_bwd_flop_factor: float = 2.5
     attention_bwd_efficiency_factor: float = 0.8
     mem_efficient_attention_factor: float = 0.7
+    attention_memory_efficiency: float = 0.70
+    """Fraction of the HBM bandwidth a fused attention kernel reaches where it is memory bound
+    (decode: one query row per sequence, every key/value byte read once): the kernel takes the
+    larger of its compute time and its bytes (Q, the keys/values it reads, O) at this fraction of
+    ``hbm_gb_s``. Assumption: paged/split-KV decode kernels (FlashDecoding, FlashInfer, vLLM's)
+    are reported at most of the peak bandwidth at long contexts; 0.70 is a round, conservative
+    figure, not fitted to a trace."""
     elementwise_efficiency: float = 0.85
     strided_efficiency: float = 0.45
     reduction_efficiency: float = 0.75
@@ -267,12 +274,19 @@ def attention_efficiency(seq_k: int, spec: GpuSpec) -> float:
 
 
 def attention_ns(b: int, h: int, sq: int, sk: int, d: int, dv: int, causal: bool, spec: GpuSpec,
-                 *, backward: bool = False, mem_efficient: bool = False, dtype: str = "bfloat16") -> tuple[int, float]:
+                 *, backward: bool = False, mem_efficient: bool = False, dtype: str = "bfloat16",
+                 nbytes: float = 0.0, pairs: float | None = None) -> tuple[int, float]:
     """Fused attention kernel time (ns) and FLOPs. Forward FLOPs = 2*b*h*sq*sk*(d+dv), halved when
-    causal; backward = ``attention_bwd_flop_factor`` times that."""
-    flops = 2.0 * b * h * sq * sk * (d + dv)
-    if causal:
-        flops *= 0.5
+    causal (``pairs``, when given, replaces b*sq*sk as the count of query-key pairs, causality
+    included: variable-length batches); backward = ``attention_bwd_flop_factor`` times that. The
+    kernel takes the larger of that compute time and ``nbytes`` (the bytes it reads and writes) at
+    ``attention_memory_efficiency`` of HBM bandwidth (decode is memory bound)."""
+    if pairs is None:
+        flops = 2.0 * b * h * sq * sk * (d + dv)
+        if causal:
+            flops *= 0.5
+    else:
+        flops = 2.0 * h * pairs * (d + dv)
     eff = attention_efficiency(sk, spec)
     if backward:
         flops *= spec.attention_bwd_flop_factor
@@ -280,7 +294,8 @@ def attention_ns(b: int, h: int, sq: int, sk: int, d: int, dv: int, causal: bool
     if mem_efficient or dtype == "float32":
         eff *= spec.mem_efficient_attention_factor
     peak = matmul_peak_flops("bfloat16" if dtype != "float32" else "float32", spec, tf32=True)
-    return spec.attention_floor_ns + _ns(flops / (peak * eff)), flops
+    memory_s = nbytes / (spec.hbm_gb_s * 1e9 * spec.attention_memory_efficiency)
+    return spec.attention_floor_ns + _ns(max(flops / (peak * eff), memory_s)), flops
 
 
 def h2d_d2h_ns(nbytes: int, pinned: bool, spec: GpuSpec) -> int:
@@ -303,7 +318,7 @@ _GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "addr", "
              "_scaled_mm", "_int_mm", "linear", "matmul", "_addmm_activation"}
 _CONV_OPS = {"convolution", "_convolution", "cudnn_convolution", "convolution_backward",
              "cudnn_convolution_transpose", "conv2d", "conv1d", "conv3d"}
-_ATTN_OPS = {"_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+_ATTN_OPS = {"_varlen_attn", "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
              "_scaled_dot_product_cudnn_attention", "_flash_attention_forward", "_efficient_attention_forward",
              "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
              "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
@@ -333,6 +348,14 @@ _OTHER_OPS = {"embedding", "embedding_dense_backward", "index_select", "gather",
 _RNN_OPS = {"_cudnn_rnn", "_cudnn_rnn_backward"}  # priced by rnn_kernels (family: gemm, their larger part)
 _COPY_OPS = {"to", "_to_copy", "copy_", "clone", "contiguous", "type_as", "reshape", "flatten"}
 _GATHER_OPS = {"embedding", "index_select", "gather", "index", "take", "embedding_bag", "_embedding_bag"}
+# In-place indexed writes into a larger destination (a KV cache, an embedding table, a histogram):
+# the CUDA kernels visit only the indexed rows/elements, so they are priced by the source/index
+# sizes (indexed_write_bytes), never by the whole destination. Read-modify-write ones (accumulate)
+# also read the rows they write. Out-of-place forms (index_copy, scatter, ...) write a whole new
+# tensor and stay priced by all their operands.
+_INDEXED_WRITE_OPS = {"index_copy_", "index_put_", "_index_put_impl_", "index_add_", "index_reduce_", "scatter_",
+                      "scatter_add_", "scatter_reduce_", "put_"}
+_ACCUMULATING_WRITES = {"index_add_", "index_reduce_", "scatter_add_", "scatter_reduce_"}
 _MULTI_KERNEL = {  # kernels launched per call (beyond one), from the CUDA implementations
     "native_layer_norm_backward": 2,
     "_scaled_dot_product_flash_attention_backward": 3,
@@ -528,6 +551,11 @@ def price_op(op: str, ins: Sequence[TensorInfo | None], outs: Sequence[TensorInf
     if fam == "attention":
         return _price_attention(base, t_in, outs, args, spec)
     nk = _MULTI_KERNEL.get(base, 1)
+    if base in _INDEXED_WRITE_OPS:
+        nbytes = indexed_write_bytes(base, t_in, accumulate=bool(args.get("accumulate", False)))
+        if nbytes is not None:
+            return [KernelCost("other", memory_ns(nbytes, spec.other_efficiency, spec.other_floor_ns, spec), 0.0,
+                               nbytes)]
     if base in _GATHER_OPS and outs:
         # only the gathered rows are read: output bytes twice (read + write) plus the indices
         idx = [x for x in t_in if x.dtype in ("int64", "int32")]
@@ -634,6 +662,52 @@ def rnn_kernels(mode: int, seq: int, batch: int, input_size: int, hidden: int, p
     return kernels
 
 
+def indexed_write_bytes(base: str, t_in: Sequence[TensorInfo], *, accumulate: bool = False) -> float | None:
+    """HBM bytes of an in-place indexed write into ``t_in[0]`` (the destination, which is not
+    read as a whole): the index tensors read, the source read, and the written elements written
+    (read as well when the op accumulates). Written elements: the source's (``index_copy_``,
+    ``index_add_``, ``index_put_`` with a full-size value), or for a broadcast value the indexed
+    positions times the trailing slice of the destination (integer indices taken as indexing the
+    leading dims, the common ``cache[idx] = v``); ``scatter_``/``put_`` write one element per index
+    entry. None (the caller prices every operand) for a boolean-mask index, whose count of
+    written positions is in the data."""
+    if len(t_in) < 2:
+        return None
+    dst = t_in[0]
+    if base in ("index_put_", "_index_put_impl_"):  # (self, indices..., values)
+        idx, src_t = list(t_in[1:-1]), t_in[-1]
+        if not idx or any(x.dtype not in ("int64", "int32") for x in idx):
+            return None  # a boolean mask (or no index): the count is in the data
+        positions = math.prod(_broadcast_shape([x.shape for x in idx]))
+        trailing = math.prod(dst.shape[len(idx):]) if len(dst.shape) >= len(idx) else 1
+        written = max(positions * trailing, src_t.numel)
+    else:  # (self, index, source) or scatter_'s (self, index[, src])
+        idx, src_t = [t_in[1]], (t_in[2] if len(t_in) > 2 else None)
+        if idx[0].dtype not in ("int64", "int32"):
+            return None
+        if base in ("scatter_", "scatter_add_", "scatter_reduce_", "put_"):
+            written = idx[0].numel  # one element per index entry
+        elif src_t is None:
+            return None
+        else:  # index_copy_, index_add_, index_reduce_: the source's rows
+            written = src_t.numel
+    isz = dst.itemsize
+    src_bytes = 0 if src_t is None or src_t.numel <= 1 else src_t.nbytes  # a 0-d value is a kernel argument
+    if base in ("scatter_", "scatter_add_", "scatter_reduce_", "put_") and src_t is not None:
+        src_bytes = min(src_bytes, written * src_t.itemsize)  # only the src elements the index names are read
+    rmw = accumulate or base in _ACCUMULATING_WRITES
+    return float(sum(x.nbytes for x in idx) + src_bytes + written * isz * (2 if rmw else 1))
+
+
+def _broadcast_shape(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    n = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(n):
+        dims = [s[len(s) - n + i] for s in shapes if len(s) - n + i >= 0]
+        out.append(max(dims))
+    return tuple(out)
+
+
 def _bytes(ins: Sequence[TensorInfo], outs: Sequence[TensorInfo]) -> float:
     return float(sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs))
 
@@ -659,6 +733,8 @@ def _vectorizable(ins: Sequence[TensorInfo], outs: Sequence[TensorInfo], cast_ok
 
 
 def _price_attention(base: str, t_in, outs, args, spec: GpuSpec) -> list[KernelCost]:
+    if base in ("_varlen_attn", "_flash_attention_forward") and len(t_in) >= 3 and len(t_in[0].shape) == 3:
+        return [varlen_attention_cost(t_in[0], t_in[1], t_in[2], args, spec)]
     if len(t_in) < 3 or len(t_in[0].shape) != 4:
         return [_memory_kernel("attention", t_in, outs, spec.other_efficiency, spec.attention_floor_ns, spec)]
     backward = base.endswith("_backward")
@@ -676,7 +752,7 @@ def _price_attention(base: str, t_in, outs, args, spec: GpuSpec) -> list[KernelC
     causal = bool(args.get("is_causal", False))
     mem_eff = "efficient" in base
     dur, flops = attention_ns(b, h, sq, sk, d, dv, causal, spec, backward=backward, mem_efficient=mem_eff,
-                              dtype=q.dtype)
+                              dtype=q.dtype, nbytes=_bytes(t_in, outs))
     nk = _MULTI_KERNEL.get(base, 1)
     if nk == 1:
         return [KernelCost("attention", dur, flops, _bytes(t_in, outs))]
@@ -685,6 +761,33 @@ def _price_attention(base: str, t_in, outs, args, spec: GpuSpec) -> list[KernelC
     main = KernelCost("attention", dur, flops, _bytes(t_in, outs))
     extra = [KernelCost("attention", small) for _ in range(nk - 1)]
     return [extra[0], main] + extra[1:]
+
+
+def varlen_attention_cost(q: TensorInfo, k: TensorInfo, v: TensorInfo, args: dict, spec: GpuSpec) -> KernelCost:
+    """A variable-length (FlashAttention varlen / paged) forward: ``q`` is [total_q, heads, d], ``k``
+    and ``v`` a pool of cache rows [rows, kv_heads, d] (or pages [pages, page_size, kv_heads, d]),
+    of which each sequence reads only its own context. ``args["seq_lens_q"]`` and
+    ``args["seq_lens_k"]`` (the query rows and key positions of each sequence, read from the
+    metadata tensors' values where the emulator holds them) give the work; without them every
+    query row counts as a sequence of ``max_k`` keys (an upper bound). Bytes: Q and O, and each
+    sequence's keys and values once (the pool as a whole is not read)."""
+    h, d, dv, hkv = q.shape[1], q.shape[2], v.shape[-1], k.shape[-2]
+    causal = bool(args.get("is_causal", False))
+    lq, lk = args.get("seq_lens_q"), args.get("seq_lens_k")
+    pool_rows = math.prod(k.shape[:-2])
+    if lq is not None and lk is not None and len(lq) == len(lk):
+        pairs = float(sum(a * b - (a * (a - 1) / 2 if causal and a <= b else 0) for a, b in zip(lq, lk)))
+        kv_rows = float(sum(lk))
+        rows_q = max(1, sum(lq))
+    else:
+        max_k = int(args.get("max_k") or pool_rows)
+        rows_q = q.shape[0]
+        pairs = float(rows_q * max_k)
+        kv_rows = float(min(pool_rows, rows_q * max_k))
+    nbytes = q.nbytes + q.shape[0] * h * dv * q.itemsize + kv_rows * hkv * (d + dv) * k.itemsize
+    mean_k = max(1, int(round(pairs / rows_q)))
+    dur, flops = attention_ns(1, h, 1, mean_k, d, dv, causal, spec, dtype=q.dtype, nbytes=nbytes, pairs=pairs)
+    return KernelCost("attention", dur, flops, nbytes)
 
 
 def _price_foreach(base: str, lists: Sequence[Sequence[TensorInfo]], spec: GpuSpec) -> list[KernelCost]:

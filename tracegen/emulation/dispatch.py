@@ -15,7 +15,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
 from fastrack_core.schema import CopyDir
@@ -184,7 +184,10 @@ class DispatchMode(TorchDispatchMode):
         outs = [tensor_info(o) for o in flat_out if isinstance(o, torch.Tensor)]
         named = self._named_args(func, args, kwargs)
         extra = {k: named[k] for k in ("is_causal", "groups", "output_mask", "mode", "hidden_size", "proj_size",
-                                           "num_layers", "bidirectional", "batch_first") if k in named}
+                                           "num_layers", "bidirectional", "batch_first", "accumulate", "max_q",
+                                           "max_k") if k in named}
+        if "max_k" in named:  # varlen attention: its work is in the sequence-length tensors' values
+            extra.update(self._varlen_lengths(named))
         if name.startswith("aten::_foreach_") or name.startswith("aten::_fused_"):
             extra["tensor_lists"] = [[tensor_info(t) for t in a] for a in args
                                      if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
@@ -195,6 +198,27 @@ class DispatchMode(TorchDispatchMode):
                                      args=extra, tf32=tf32, cudnn_tf32=torch.backends.cudnn.allow_tf32)
         label = _label(name, ins)
         rec.launch_kernels(name, kernels, label)
+
+    def _varlen_lengths(self, named: dict) -> dict:
+        """Query rows and key positions per sequence of a varlen attention call, from the values of
+        its ``cu_seq_q``/``cum_seq_q``, ``seqused_k`` (else ``cu_seq_k``/``cum_seq_k``) metadata,
+        where the emulator holds real values for them (else {}: the cost model bounds by shape)."""
+        def values(name_a, name_b):
+            t = named.get(name_a, named.get(name_b))
+            if not isinstance(t, torch.Tensor) or not t.is_meta or self.shadows.is_standin(t):
+                return None
+            with _disable_current_modes():  # the emulator's own read: no op of the script
+                v = self.shadows.view(t)
+                return None if v is None else [int(x) for x in v.tolist()]
+
+        cq, used, ck = values("cu_seq_q", "cum_seq_q"), values("seqused_k", "seqused_k"), values("cu_seq_k", "cum_seq_k")
+        if cq is None or len(cq) < 2:
+            return {}
+        lq = [b - a for a, b in zip(cq, cq[1:])]
+        lk = used if used is not None else ([b - a for a, b in zip(ck, ck[1:])] if ck is not None else None)
+        if lk is None or len(lk) != len(lq):
+            return {}
+        return {"seq_lens_q": lq, "seq_lens_k": lk}
 
     # -- transfers and reads ----------------------------------------------------------------
     def _to_copy(self, func, args, kwargs):
