@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,7 @@ from tracefactory import write
 
 ROOT = Path(__file__).resolve().parent.parent
 CPP = ROOT / "models" / "h100" / "cpp"
-CORE = ROOT / "replay" / "cpp"  # the generic core's headers (fastrack/graph.hh, engine.hh, results.hh)
+CORE = ROOT / "replay" / "cpp"  # the generic core's include directory (fastrack/graph.hh, engine.hh, results.hh)
 DATA = Path(__file__).resolve().parent / "data"
 # real traces (tests/data, see SOURCES.md), converted by the tests: fixed inputs, whatever sits in traces/
 REAL_TRACES = ("h100_bert_small_uncased.json.gz", "h100_qwen1.5_0.5b_chat.json.gz", "v100_dlrm_8rank")
@@ -270,7 +271,7 @@ def test_synthetic_traces(core, tmp_path, seed, ranks, protocol):
 def test_reprice_equals_a_python_replay_with_other_parameters(core, tmp_path, protocol):
     """Re-pricing an export with other rates (durations only) gives the Python replay under those rates.
     Only rates that price node durations alone: PCIe and CE rates also set the one-page tails of the
-    CC data path, which are edge lags (docs/model.md section 3), and re-pricing keeps exported lags."""
+    CC data path, which are edge lags (docs/protocols.md), and re-pricing keeps exported lags."""
     trace = synth(tmp_path, 1500, 11, 2)
     rep, out, _ = export_replay(tmp_path, trace, protocol)
     changes = {"cpu_crypto.core_gb_s": 1.7, "cpu_crypto.call_overhead_ns": 300}
@@ -383,13 +384,13 @@ def test_gem5_parameters_mirror_the_preset(tmp_path):
     assert p["preset"] == "h100-pcie"
     assert gem5["pcie_h2d"]["params"]["bandwidth_gb_s"] == params["pcie"]["h2d_bandwidth_gb_s"]
     assert gem5["pcie_d2h"]["params"]["latency"] == f"{params['pcie']['latency_ns']}ns"
-    assert gem5["gpu_auth"]["params"]["sms"] == params["gpu"]["sms"]
+    assert "gpu_auth" not in gem5 and "auth" not in params  # no [auth] table: nothing for FastrackGpuAuth to price
     assert gem5["bounce_pool"]["params"]["slot_size"] == f"{params['bounce']['slot_bytes']}B"
     assert gem5["copy_engine"]["params"]["engines"] == params["gpu"]["copy_engines"]
     assert gem5["pcie_h2d"]["class"] == "FastrackPCIeLink" and gem5["pcie_h2d"]["params"]["lane_type"] == "pcie_h2d"
-    assert gem5["gpu_auth"]["params"]["parallel"] is False
+    assert gem5["copy_engine"]["params"]["parallel_auth"] is False
     _, out2, _ = export_replay(tmp_path / "f", trace, "fastrack")
-    assert json.loads((out2 / "params.json").read_text())["gem5"]["gpu_auth"]["params"]["parallel"] is True
+    assert json.loads((out2 / "params.json").read_text())["gem5"]["copy_engine"]["params"]["parallel_auth"] is True
 
 
 def test_parallel_auth_is_declared_by_the_protocol():
@@ -428,104 +429,38 @@ def test_export_gem5_is_a_plugin_command():
 
 
 # ---------------------------------------------------------------------------------------------
-# run_gem5.py, run against a stand-in m5 package
+# run_gem5.py, run against a stand-in m5 package (tests/gem5_standin: gem5's configuration rules,
+# no simulator; it loads the extension's real FastrackObjects.py)
 
-M5_STUB = {
-    "m5/__init__.py": """
-import json
-import os
-
-from . import objects
-
-
-class _Exit:
-    def getCause(self):
-        return "stub: simulate() returned"
-
-
-def instantiate():
-    with open(os.environ["M5_STUB_RECORD"], "w") as fh:
-        json.dump(objects.Root.made[-1].describe(), fh)
-
-
-def simulate():
-    return _Exit()
-
-
-def curTick():
-    return int(os.environ["M5_STUB_TICKS"])
-""",
-    "m5/objects.py": """
-class SimObject:
-    def __init__(self, **params):
-        object.__setattr__(self, "_params", dict(params))
-        object.__setattr__(self, "_children", {})
-
-    def __setattr__(self, name, value):
-        self._children[name] = value
-
-    def __getattr__(self, name):
-        if name in self._children:
-            return self._children[name]
-        if name in self._params:
-            return self._params[name]
-        return Port(self, name)
-
-    def describe(self):
-        def show(v):
-            if isinstance(v, (SimObject, Port)):
-                return v.describe()
-            if isinstance(v, (list, tuple)):
-                return [show(x) for x in v]
-            return v
-        return {"class": type(self).__name__, "params": {k: show(v) for k, v in self._params.items()},
-                "children": {k: show(v) for k, v in self._children.items()}}
-
-
-class Port:
-    def __init__(self, owner, name):
-        self.owner, self.name = type(owner).__name__, name
-
-    def describe(self):
-        return f"port {self.owner}.{self.name}"
-
-
-class Root(SimObject):
-    made = []
-
-    def __init__(self, **params):
-        super().__init__(**params)
-        Root.made.append(self)
-
-
-for _name in ("FastrackReplayer", "FastrackPCIeLink", "FastrackCpuCrypto", "FastrackCopyEngine", "FastrackGpuAuth",
-              "FastrackBouncePool", "FastrackSubmit", "System", "SrcClockDomain", "VoltageDomain", "SimpleMemory"):
-    globals()[_name] = type(_name, (SimObject,), {})
-""",
-    "m5/params.py": """
-def AddrRange(size):
-    return {"AddrRange": size}
-""",
-}
+STANDIN = Path(__file__).resolve().parent / "gem5_standin"
+SIMOBJECTS = ROOT / "models" / "h100" / "gem5" / "FastrackObjects.py"
 
 
 @pytest.fixture(scope="module")
-def m5_stub(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("m5-stub")
-    for rel, text in M5_STUB.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text.lstrip())
-    return root
+def m5_stub() -> Path:
+    return STANDIN
+
+
+def run_script_raw(m5_stub: Path, export_dir: Path, *args: str, ticks: int, cwd: Path) -> subprocess.CompletedProcess:
+    """Run export_dir/run_gem5.py with the stand-in m5 (what gem5.opt export_dir/run_gem5.py does)."""
+    env = {**os.environ, "PYTHONPATH": str(m5_stub), "M5_STUB_RECORD": str(cwd / "m5-record.json"),
+           "M5_STUB_TICKS": str(ticks), "M5_STUB_SIMOBJECTS": str(SIMOBJECTS)}
+    (cwd / "m5-record.json").unlink(missing_ok=True)
+    return subprocess.run([sys.executable, str(export_dir / "run_gem5.py"), *args], capture_output=True, text=True,
+                          env=env, cwd=cwd)
 
 
 def run_script(m5_stub: Path, export_dir: Path, *args: str, ticks: int, cwd: Path) -> tuple[int, dict, dict]:
     """Run export_dir/run_gem5.py with the stand-in m5: (exit code, printed JSON, SimObject tree)."""
-    record = cwd / "m5-record.json"
-    env = {**os.environ, "PYTHONPATH": str(m5_stub), "M5_STUB_RECORD": str(record), "M5_STUB_TICKS": str(ticks)}
-    proc = subprocess.run([sys.executable, str(export_dir / "run_gem5.py"), *args], capture_output=True, text=True,
-                          env=env, cwd=cwd)
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1]), json.loads(record.read_text())
+    proc = run_script_raw(m5_stub, export_dir, *args, ticks=ticks, cwd=cwd)
+    assert proc.returncode in (0, 1) and proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1]), \
+        json.loads((cwd / "m5-record.json").read_text())
+
+
+def _resources(tree: dict) -> dict:
+    """The replayer's resource objects in a recorded tree, as params.json's gem5 section writes them."""
+    return {a: {"class": o["class"], "params": o["params"]} for a, o in tree["children"]["replayer"]["children"].items()}
 
 
 def test_run_gem5_builds_the_exported_simobjects(m5_stub, tmp_path):
@@ -539,8 +474,8 @@ def test_run_gem5_builds_the_exported_simobjects(m5_stub, tmp_path):
     assert replayer["class"] == "FastrackReplayer"
     assert replayer["params"] == {"graph": str(out / "graph.bin"), "lanes": str(out / "lanes.csv"),
                                   "check_prices": True, "reprice": False}
-    assert {a: {"class": o["class"], "params": o["params"]} for a, o in replayer["children"].items()} == gem5
-    assert gem5["gpu_auth"]["params"]["parallel"] is True and gem5["pcie_h2d"]["params"]["bandwidth_gb_s"] > 0
+    assert _resources(tree) == gem5
+    assert gem5["copy_engine"]["params"]["parallel_auth"] is True and gem5["pcie_h2d"]["params"]["bandwidth_gb_s"] > 0
 
     rc, printed, _ = run_script(m5_stub, out, ticks=expected["expected_ticks"] + 1, cwd=tmp_path)
     assert rc == 1 and printed["match"] is False  # another simulated time is a mismatch
@@ -555,6 +490,117 @@ def test_run_gem5_builds_the_exported_simobjects(m5_stub, tmp_path):
     staging = 2 * pool["slots"] * int(pool["slot_size"].rstrip("B"))  # two ranks
     assert tree["children"]["system"]["params"]["mem_ranges"] == [{"AddrRange": max(staging, 1 << 20)}]
     assert replayer["children"]["bounce_pool"]["children"]["mem_side"] == "port SimpleMemory.port"
+    assert replayer["children"]["bounce_pool"]["params"]["system"] == "object system"
+
+
+def _presets() -> list[str]:
+    from replay.plugins import load_model
+
+    names = sorted(p.stem for p in load_model("h100").presets_dir.glob("*.toml"))
+    assert names, "no H100 presets found"
+    return names
+
+
+@pytest.mark.parametrize("preset", _presets())
+def test_every_preset_exports_what_gem5_accepts(m5_stub, tmp_path, preset):
+    """Every shipped preset's export, under every supported protocol, configures in the strict
+    stand-in: no parameter without a default left unset, none unknown. No shipped preset has the
+    optional [auth] table, so no export of one has a gpu_auth object (gem5 would stop at start-up
+    with "fatal: replayer.gpu_auth.op_overhead without default or user set value")."""
+    trace = write(tmp_path / "t.parquet", two_rank_collective())
+    assert {"none", "baseline", "fastrack", "ppcie", "cc-multi:fastrack"} <= set(PROTOCOLS)
+    for protocol in PROTOCOLS:
+        _, out, expected = export_replay(tmp_path / protocol.replace(":", "_"), trace, protocol, preset=preset)
+        gem5 = json.loads((out / "params.json").read_text())["gem5"]
+        if protocol == "captured":  # measured durations: no model, nothing to price
+            assert gem5 == {}
+        else:
+            assert set(gem5) == {"pcie_h2d", "pcie_d2h", "cpu_crypto", "copy_engine", "bounce_pool", "submit"}
+            assert gem5["copy_engine"]["params"]["parallel_auth"] is gem5export.protocol_parallel_auth(protocol)
+        proc = run_script_raw(m5_stub, out, ticks=expected["expected_ticks"], cwd=tmp_path)
+        assert proc.returncode == 0, f"{preset} {protocol}: {proc.stderr}"
+        assert json.loads(proc.stdout.strip().splitlines()[-1])["match"] is True
+        assert _resources(json.loads((tmp_path / "m5-record.json").read_text())) == gem5
+
+
+def test_an_auth_table_exports_the_auth_object(m5_stub, tmp_path):
+    """A preset with the optional [auth] table (the emulated authentication kernel) exports
+    FastrackGpuAuth with every parameter, in the protocol's mode, like the copy engine."""
+    from replay.plugins import load_model
+
+    sxm = load_model("h100").presets_dir / "h100-sxm.toml"
+    preset = tmp_path / "auth.toml"
+    src = '"assumption: a test value"'
+    preset.write_text(f"[preset]\nname = \"auth\"\ndescription = \"emulated auth kernel\"\nextends = {json.dumps(str(sxm))}\n"
+                      f"\n[auth]\nserial_gb_s = 20.0\nserial_gb_s_source = {src}\nparallel_gb_s_per_sm = 1.5\n"
+                      f"parallel_gb_s_per_sm_source = {src}\nop_overhead_ns = 300\nop_overhead_ns_source = {src}\n")
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    for protocol, parallel in (("baseline", False), ("fastrack", True)):
+        _, out, expected = export_replay(tmp_path / protocol, trace, protocol, preset=str(preset))
+        p = json.loads((out / "params.json").read_text())
+        auth = p["gem5"]["gpu_auth"]
+        assert auth == {"class": "FastrackGpuAuth", "params": {
+            "lane_type": "gpu_auth", "serial_gb_s": 20.0, "parallel_gb_s_per_sm": 1.5, "op_overhead": "300ns",
+            "sms": p["params"]["gpu"]["sms"], "parallel": parallel}}
+        assert p["gem5"]["copy_engine"]["params"]["parallel_auth"] is parallel
+        rc, printed, tree = run_script(m5_stub, out, ticks=expected["expected_ticks"], cwd=tmp_path)
+        assert rc == 0 and printed["match"] is True and _resources(tree) == p["gem5"]
+
+
+def test_the_standin_refuses_what_gem5_refuses(m5_stub, tmp_path):
+    """The stand-in m5 is as strict as gem5's parameter system: a parameter without a default left
+    unset stops the run at instantiate() with gem5's message, and an unknown parameter, a value of
+    the wrong type or an unknown enum value is refused when it is set."""
+    trace = write(tmp_path / "t.parquet", launch_trace())
+    _, out, expected = export_replay(tmp_path, trace, "baseline")
+    good = (out / "params.json").read_text()
+    ticks = expected["expected_ticks"]
+
+    def with_gem5(change) -> subprocess.CompletedProcess:
+        p = json.loads(good)
+        change(p["gem5"])
+        (out / "params.json").write_text(json.dumps(p))
+        return run_script_raw(m5_stub, out, ticks=ticks, cwd=tmp_path)
+
+    # what every export of a default preset did before: the auth object without the [auth] table
+    proc = with_gem5(lambda g: g.update(gpu_auth={"class": "FastrackGpuAuth", "params": {
+        "lane_type": "gpu_auth", "sms": 132, "parallel": False}}))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip() == "fatal: replayer.gpu_auth.op_overhead without default or user set value"
+    assert not (tmp_path / "m5-record.json").exists()  # stopped before anything was built
+    proc = with_gem5(lambda g: g["copy_engine"]["params"].pop("crypto_gb_s"))
+    assert proc.returncode == 1 and "fatal: replayer.copy_engine.crypto_gb_s without default" in proc.stderr
+    # unknown parameters, from params.json or from the command line
+    proc = with_gem5(lambda g: g["submit"]["params"].update(kernel_us="3ns"))
+    assert proc.returncode != 0 and "AttributeError: Class FastrackSubmit has no parameter kernel_us" in proc.stderr
+    (out / "params.json").write_text(good)
+    proc = run_script_raw(m5_stub, out, "--reprice", "--param", "copy_engine.engine=4", ticks=ticks, cwd=tmp_path)
+    assert proc.returncode != 0 and "Class FastrackCopyEngine has no parameter engine" in proc.stderr
+    # values gem5 cannot convert
+    proc = with_gem5(lambda g: g["pcie_h2d"]["params"].update(latency=700))
+    assert proc.returncode != 0 and "Error setting param FastrackPCIeLink.latency" in proc.stderr
+    proc = with_gem5(lambda g: g["pcie_h2d"]["params"].update(lane_type="pcie_sideways"))
+    assert proc.returncode != 0 and "Enum param got bad value 'pcie_sideways'" in proc.stderr
+    proc = with_gem5(lambda g: g["bounce_pool"]["params"].update(slot_size=4096))
+    assert proc.returncode != 0 and "FastrackBouncePool.slot_size" in proc.stderr
+    # and the export as written passes
+    proc = with_gem5(lambda g: None)
+    assert proc.returncode == 0 and json.loads(proc.stdout.strip().splitlines()[-1])["match"] is True
+
+
+def test_the_standin_reads_the_real_declarations(m5_stub, tmp_path):
+    """The stand-in's parameters are FastrackObjects.py's: which are required (no default) is read
+    from the file gem5 builds, not copied into the test."""
+    probe = ("import json, m5.objects as o\n"
+             "print(json.dumps({c: sorted(k for k, d in getattr(o, c)._params.items() if d.required)\n"
+             "                  for c in ('FastrackGpuAuth', 'FastrackCopyEngine', 'FastrackReplayer')}))\n")
+    env = {**os.environ, "PYTHONPATH": str(m5_stub), "M5_STUB_SIMOBJECTS": str(SIMOBJECTS)}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "FastrackGpuAuth": ["op_overhead", "parallel_gb_s_per_sm", "serial_gb_s", "sms"],
+        "FastrackCopyEngine": ["crypto_gb_s", "engines", "op_overhead"],
+        "FastrackReplayer": ["graph"]}
 
 
 def test_run_gem5_is_the_same_script_for_every_export(tmp_path):
@@ -697,6 +743,22 @@ main()
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "run_gem5.py").read_bytes() == (src / "gem5" / "run_gem5.py").read_bytes()
     assert json.loads((tmp_path / "out" / "params.json").read_text())["preset"] == "h100-pcie"
+    # the gem5 extension and the C++ core ship with it, and build from there (docs/gem5.md)
+    installed = site / "fastrack_h100"
+    for rel in ("gem5/SConscript", "gem5/FastrackObjects.py", "gem5/fastrack_replayer.cc", "gem5/fastrack_replayer.hh",
+                "gem5/fastrack_resources.cc", "gem5/fastrack_resources.hh", "cpp/Makefile", "cpp/fastrack_replay.cpp",
+                "cpp/fastrack_price.cpp", "cpp/fastrack/hw.hh", "cpp/fastrack/pricing.hh"):
+        assert (installed / rel).read_bytes() == (src / rel).read_bytes(), rel
+    cxx = _compiler()
+    if cxx and shutil.which("make"):
+        env = {k: v for k, v in os.environ.items() if k != "FASTRACK_REPLAY_CPP"}
+        proc = subprocess.run(["make", "-C", str(installed / "cpp"), f"CXX={cxx}", "CXXFLAGS=-O0",
+                               f"BUILD_DIR={tmp_path / 'build'}", f"PYTHON={sys.executable}"],
+                              capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        got = run_core({"replay": tmp_path / "build" / "fastrack_replay"}, tmp_path / "out", None, "--check-prices")
+        assert got["makespan_ns"] == json.loads((tmp_path / "out" / "expected.json").read_text())["makespan_ns"]
+        assert got["price_check"]["mismatches"] == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -876,6 +938,162 @@ def test_makefile_is_the_documented_entry_point():
     text = (CPP / "Makefile").read_text()
     for flag in ("-Wall", "-Wextra", "-Werror", "-std=c++17"):
         assert flag in text
+
+
+# ---------------------------------------------------------------------------------------------
+# the plug-in's C++ builds from its own folder plus a declared include path
+
+
+def test_the_replay_core_headers_are_found():
+    """replay.cpp_headers names the include directory of the replay core: from this checkout (an
+    editable install) or from site-packages alike."""
+    from replay.cpp_headers import CORE_HEADERS, include_dir
+
+    inc = include_dir()
+    assert inc == CORE.resolve() and all((inc / "fastrack" / h).is_file() for h in CORE_HEADERS)
+    proc = subprocess.run([sys.executable, "-m", "replay.cpp_headers"], capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 0 and proc.stdout == f"{inc}\n", proc.stderr
+
+
+def _plugin_sources() -> list[Path]:
+    h100 = ROOT / "models" / "h100"
+    return sorted(p for p in (*h100.glob("cpp/**/*"), *h100.glob("gem5/*"))
+                  if p.suffix in (".hh", ".cc", ".cpp") and "build" not in p.relative_to(h100).parts)
+
+
+def test_the_plugin_cpp_includes_nothing_outside_its_folder():
+    """The H100 plug-in's C++ includes the replay core as "fastrack/x.hh" (on the include path),
+    never by a relative path out of its folder, which would only resolve inside this checkout."""
+    sources = _plugin_sources()
+    assert {p.name for p in sources} >= {"pricing.hh", "hw.hh", "fastrack_replay.cpp", "fastrack_resources.hh",
+                                         "fastrack_replayer.hh", "fastrack_replayer.cc"}
+    for path in sources:
+        for target in re.findall(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', path.read_text(), re.MULTILINE):
+            assert ".." not in Path(target).parts and "replay" not in Path(target).parts, f"{path.name}: {target}"
+
+
+def _installed_layout(root: Path) -> Path:
+    """The plug-in and the replay core headers as an installation lays them out (site-packages/
+    fastrack_h100/{cpp,gem5}, site-packages/replay/cpp), away from any checkout."""
+    site = root / "site-packages"
+    for sub in ("cpp", "gem5"):
+        shutil.copytree(ROOT / "models" / "h100" / sub, site / "fastrack_h100" / sub,
+                        ignore=shutil.ignore_patterns("build", "__pycache__"))
+    shutil.copytree(CORE / "fastrack", site / "replay" / "cpp" / "fastrack")
+    assert not (site / "fastrack_h100" / "gem5" / ".." / ".." / ".." / "replay").exists()  # no checkout around it
+    return site
+
+
+def test_the_driver_builds_outside_a_checkout(tmp_path):
+    """make in an installed copy of the plug-in's cpp/: the replay core comes from
+    FASTRACK_REPLAY_CPP, or, without it, from the installed replay package (python -m
+    replay.cpp_headers); a wrong directory is one clear message."""
+    cxx = _compiler()
+    if cxx is None or not shutil.which("make"):
+        pytest.skip("no C++ compiler or no make on this machine: the driver cannot be built")
+    site = _installed_layout(tmp_path)
+    cpp = site / "fastrack_h100" / "cpp"
+    make = ["make", "-C", str(cpp), f"CXX={cxx}", "CXXFLAGS=-O0"]
+    proc = subprocess.run([*make, f"BUILD_DIR={tmp_path / 'b1'}", f"FASTRACK_REPLAY_CPP={site / 'replay' / 'cpp'}",
+                           str(tmp_path / "b1" / "fastrack_replay")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"-I{site / 'replay' / 'cpp'}" in proc.stdout
+    g = random_graph(3, 60)
+    s = schedule(g)
+    expected = write_export(tmp_path / "x", g, s, summarize(g, s, "captured", g.n))
+    got = run_core({"replay": tmp_path / "b1" / "fastrack_replay"}, tmp_path / "x")
+    assert got["makespan_ns"] == expected["makespan_ns"]
+    # no FASTRACK_REPLAY_CPP: the installed replay package says where its headers are
+    env = {k: v for k, v in os.environ.items() if k != "FASTRACK_REPLAY_CPP"}
+    proc = subprocess.run([*make, f"BUILD_DIR={tmp_path / 'b2'}", f"PYTHON={sys.executable}", "-n"],
+                          capture_output=True, text=True, env=env)
+    from replay.cpp_headers import include_dir
+
+    assert proc.returncode == 0 and f"-I{include_dir()} " in proc.stdout, proc.stdout + proc.stderr
+    proc = subprocess.run([*make, f"BUILD_DIR={tmp_path / 'b3'}", f"FASTRACK_REPLAY_CPP={tmp_path}"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode != 0 and "replay core headers (fastrack/graph.hh) are not in" in proc.stderr
+    assert not (tmp_path / "b3").exists()
+
+
+class _Node:
+    def __init__(self, path: str):
+        self.abspath = path
+
+    def srcnode(self):
+        return self
+
+
+def _run_sconscript(path: Path, arguments: dict[str, str] | None = None) -> dict:
+    """Execute a gem5 SConscript against stand-ins for what gem5's build gives it; returns what it
+    declared: {"cpppath": [...], "sources": {...}, "sim_objects": [...], "exit": code or None}."""
+    here = str(path.parent)
+    seen: dict = {"cpppath": [], "sources": {}, "sim_objects": [], "exit": None}
+
+    class Env(dict):
+        def Dir(self, p):
+            return _Node(p if os.path.isabs(p) else os.path.join(here, p))
+
+        def subst(self, text):
+            return "-I/opt/gem5/include" if "CCFLAGS" in text else ""
+
+        def Append(self, CPPPATH=()):
+            seen["cpppath"] += [n.abspath for n in CPPPATH]
+
+    env = Env(CPPPATH=["/opt/gem5/src", "/opt/gem5/build/NULL", here])
+
+    def Exit(code):
+        raise SystemExit(code)
+
+    scope = {
+        "Import": lambda *a: None, "env": env, "ARGUMENTS": dict(arguments or {}), "Exit": Exit,
+        "Dir": lambda p: _Node(p if os.path.isabs(p) else os.path.normpath(os.path.join(here, p))),
+        "SimObject": lambda f, sim_objects, enums: seen["sim_objects"].extend(sim_objects),
+        "Source": lambda f, append: seen["sources"].update({f: append}),
+        "DebugFlag": lambda *a: None, "CompoundFlag": lambda *a: None,
+    }
+    try:
+        exec(compile(path.read_text(), str(path), "exec"), scope)
+    except SystemExit as e:
+        seen["exit"] = e.code
+    return seen
+
+
+def test_the_sconscript_declares_where_the_replay_core_is(tmp_path, monkeypatch, capsys):
+    """The gem5 SConscript puts the plug-in's cpp/ and the replay core on gem5's include path,
+    the core from FASTRACK_REPLAY_CPP (scons argument or environment), else this checkout's
+    replay/cpp, else the installed replay package (python3 -m replay.cpp_headers)."""
+    from replay.cpp_headers import include_dir
+
+    monkeypatch.delenv("FASTRACK_REPLAY_CPP", raising=False)
+    h100 = ROOT / "models" / "h100"
+    seen = _run_sconscript(h100 / "gem5" / "SConscript")
+    assert seen["exit"] is None and seen["cpppath"] == [str(h100 / "cpp"), str(CORE)]
+    assert set(seen["sources"]) == {"fastrack_resources.cc", "fastrack_replayer.cc"}
+    for append in seen["sources"].values():
+        flags = append["CCFLAGS"]
+        assert flags[:3] == ["-Wall", "-Wextra", "-Werror"]
+        isystem = flags[4::2]
+        assert "/opt/gem5/src" in isystem and "/opt/gem5/include" in isystem
+        assert not {str(h100 / "cpp"), str(CORE), str(h100 / "gem5")} & set(isystem)  # ours stay -Wextra clean
+    declared = [n.name for n in ast.parse((h100 / "gem5" / "FastrackObjects.py").read_text()).body
+                if isinstance(n, ast.ClassDef) and n.name != "FastrackLaneType"]
+    assert sorted(seen["sim_objects"]) == sorted(declared)  # gem5 generates params for every SimObject
+
+    site = _installed_layout(tmp_path)
+    script = site / "fastrack_h100" / "gem5" / "SConscript"
+    mine = site / "replay" / "cpp"
+    seen = _run_sconscript(script, {"FASTRACK_REPLAY_CPP": str(mine)})
+    assert seen["cpppath"] == [str(site / "fastrack_h100" / "cpp"), str(mine)]
+    monkeypatch.setenv("FASTRACK_REPLAY_CPP", str(mine))
+    assert _run_sconscript(script)["cpppath"][1] == str(mine)
+    monkeypatch.delenv("FASTRACK_REPLAY_CPP")
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert _run_sconscript(script)["cpppath"][1] == str(include_dir())  # the installed replay package
+    capsys.readouterr()
+    seen = _run_sconscript(script, {"FASTRACK_REPLAY_CPP": str(tmp_path)})
+    assert seen["exit"] == 2 and seen["cpppath"] == []
+    assert "FASTRACK_REPLAY_CPP" in capsys.readouterr().err
 
 
 def test_output_that_is_a_symbolic_link_is_refused(tmp_path):

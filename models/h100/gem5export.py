@@ -95,16 +95,24 @@ GEM5_PARAM_MAP: dict[str, dict[str, tuple[str, str, str]]] = {
 # Tables a preset may omit (the emulated authentication kernel: H100Params.auth).
 OPTIONAL_TABLES = ("auth",)
 
-# SimObject class and serving lane type of each attribute of the replayer (run_gem5.py).
-GEM5_OBJECTS: dict[str, tuple[str, LaneType | None]] = {
-    "pcie_h2d": ("FastrackPCIeLink", LaneType.PCIE_H2D),
-    "pcie_d2h": ("FastrackPCIeLink", LaneType.PCIE_D2H),
-    "cpu_crypto": ("FastrackCpuCrypto", LaneType.CPU_CRYPTO),
-    "copy_engine": ("FastrackCopyEngine", LaneType.COPY_ENGINE),
-    "gpu_auth": ("FastrackGpuAuth", LaneType.GPU_AUTH),
-    "bounce_pool": ("FastrackBouncePool", None),
-    "submit": ("FastrackSubmit", None),
+# SimObject class, serving lane type and pricing table of each attribute of the replayer (run_gem5.py).
+# An object is exported only when the parameters have its table: an object without its prices would
+# leave parameters without a default unset, which gem5 refuses at start-up ("without default or user
+# set value"). No shipped preset has [auth], so their exports have no gpu_auth object (the GPU_AUTH
+# lanes, which no protocol uses then, are served by no object).
+GEM5_OBJECTS: dict[str, tuple[str, LaneType | None, str]] = {
+    "pcie_h2d": ("FastrackPCIeLink", LaneType.PCIE_H2D, "pcie"),
+    "pcie_d2h": ("FastrackPCIeLink", LaneType.PCIE_D2H, "pcie"),
+    "cpu_crypto": ("FastrackCpuCrypto", LaneType.CPU_CRYPTO, "cpu_crypto"),
+    "copy_engine": ("FastrackCopyEngine", LaneType.COPY_ENGINE, "ce"),
+    "gpu_auth": ("FastrackGpuAuth", LaneType.GPU_AUTH, "auth"),
+    "bounce_pool": ("FastrackBouncePool", None, "bounce"),
+    "submit": ("FastrackSubmit", None, "submit"),
 }
+# The protocol's authentication mode (Protocol.parallel_auth_modes) on the objects whose prices depend
+# on it: the copy engine spreads a host copy's secure copy over every engine (fix 2), and the emulated
+# authentication kernel runs at the parallel rate.
+PARALLEL_AUTH_PARAMS = {"copy_engine": "parallel_auth", "gpu_auth": "parallel"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,12 +180,16 @@ def protocol_parallel_auth(protocol: str) -> bool:
 
 def gem5_objects(params: dict[str, dict[str, Any]] | None, parallel_auth: bool = False) -> dict[str, dict[str, Any]]:
     """SimObject parameters of the replayer's resource objects, from the model parameters (JSON
-    values run_gem5.py passes to the SimObjects): {attribute: {"class": ..., "params": {...}}}.
-    ``parallel_auth``: the protocol authenticates in parallel (FastrackGpuAuth.parallel)."""
+    values run_gem5.py passes to the SimObjects): {attribute: {"class": ..., "params": {...}}}, for
+    the objects whose table ``params`` has (:data:`GEM5_OBJECTS`); every parameter without a default
+    in gem5/FastrackObjects.py is set. ``parallel_auth``: the protocol authenticates in parallel
+    (FastrackCopyEngine.parallel_auth, FastrackGpuAuth.parallel: :data:`PARALLEL_AUTH_PARAMS`)."""
     if not params:
         return {}
     out: dict[str, dict[str, Any]] = {}
-    for attr, (cls, lane_type) in GEM5_OBJECTS.items():
+    for attr, (cls, lane_type, table) in GEM5_OBJECTS.items():
+        if table not in params:
+            continue  # nothing to price with: the object would lack its required parameters
         out[attr] = {"class": cls, "params": {}}
         if lane_type is not None:
             out[attr]["params"]["lane_type"] = lane_type.label
@@ -187,6 +199,8 @@ def gem5_objects(params: dict[str, dict[str, Any]] | None, parallel_auth: bool =
             if kind == "graph":
                 continue
             for attr in attrs.split("+"):
+                if attr not in out:
+                    continue  # a shared parameter (gpu.sms) of an object not exported
                 if kind == "float":
                     v: Any = float(value)
                 elif kind == "ns":
@@ -196,7 +210,9 @@ def gem5_objects(params: dict[str, dict[str, Any]] | None, parallel_auth: bool =
                 else:
                     v = int(value)
                 out[attr]["params"][pname] = v
-    out["gpu_auth"]["params"]["parallel"] = bool(parallel_auth)
+    for attr, pname in PARALLEL_AUTH_PARAMS.items():
+        if attr in out:
+            out[attr]["params"][pname] = bool(parallel_auth)
     return out
 
 
@@ -263,5 +279,5 @@ class Gem5Exporter(Exporter):
 
 GEM5 = Gem5Exporter()
 
-__all__ = ["GEM5", "Gem5Exporter", "GEM5_OBJECTS", "GEM5_PARAM_MAP", "SUPPORTED_MODELS", "SUPPORTED_PROTOCOLS",
-           "check_params", "check_protocol", "gem5_objects", "params_txt", "protocol_parallel_auth"]
+__all__ = ["GEM5", "Gem5Exporter", "GEM5_OBJECTS", "GEM5_PARAM_MAP", "PARALLEL_AUTH_PARAMS", "SUPPORTED_MODELS",
+           "SUPPORTED_PROTOCOLS", "check_params", "check_protocol", "gem5_objects", "params_txt", "protocol_parallel_auth"]

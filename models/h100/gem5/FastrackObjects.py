@@ -92,11 +92,18 @@ class FastrackCopyEngine(FastrackResource):
     crypto_gb_s = Param.Float("AES-GCM throughput of one copy engine, GB/s (ce.crypto_gb_s)")
     op_overhead = Param.Latency("fixed cost per copy-engine crypto operation (ce.op_overhead_ns)")
     engines = Param.Unsigned("copy engines usable for secure copies (gpu.copy_engines)")
+    parallel_auth = Param.Bool(
+        False,
+        "the protocol authenticates in parallel (fastrack, fastrack:auth): a host copy's "
+        "secure copy is spread over every engine, partial tags combined",
+    )
 
 
 class FastrackGpuAuth(FastrackResource):
     """GPU-side authentication: op_overhead + ceil(bytes / rate), rate = serial_gb_s, or
-    parallel_gb_s_per_sm * sms when the protocol parallelises it."""
+    parallel_gb_s_per_sm * sms when the protocol parallelises it. The emulated authentication
+    kernel of the optional [auth] table: an export has this object only when its preset has
+    that table (no shipped preset does)."""
 
     type = "FastrackGpuAuth"
     cxx_header = "fastrack_resources.hh"
@@ -112,7 +119,9 @@ class FastrackGpuAuth(FastrackResource):
     sms = Param.Unsigned("streaming multiprocessors (gpu.sms)")
     op_overhead = Param.Latency("fixed cost per authentication (auth.op_overhead_ns)")
     parallel = Param.Bool(
-        False, "the protocol authenticates in parallel (fastrack, fastrack:auth)"
+        False,
+        "the protocol authenticates in parallel (fastrack, fastrack:auth); must agree with "
+        "the copy engine's parallel_auth",
     )
 
 

@@ -125,7 +125,12 @@ FastrackReplayer::bindResources()
     pricer.cpu = cpuCrypto ? &cpuCrypto->engine() : nullptr;
     pricer.ce = copyEngine ? &copyEngine->engine() : nullptr;
     pricer.auth = gpuAuth ? &gpuAuth->engine() : nullptr;
-    pricer.parallel_auth = gpuAuth && gpuAuth->parallel();
+    // the protocol's authentication mode: on the copy engine (present whenever a model is; the
+    // emulated authentication kernel, gpu_auth, only with the optional [auth] table)
+    fatal_if(copyEngine && gpuAuth && copyEngine->parallelAuth() != gpuAuth->parallel(),
+             "%s: %s.parallel_auth and %s.parallel disagree", name(), copyEngine->name(),
+             gpuAuth->name());
+    pricer.parallel_auth = copyEngine ? copyEngine->parallelAuth() : gpuAuth && gpuAuth->parallel();
     pricer.submit = submitCost ? &submitCost->cost() : nullptr;
     pricer.prepare(graph);
 }
@@ -284,6 +289,14 @@ FastrackReplayer::processCompletions()
             stats.laneBusyNs[graph.lane[i]] += static_cast<double>(sched.finish[i] - sched.start[i]);
             stats.laneOps[graph.lane[i]]++;
         }
+        if (graph.hold_lane[i] >= 0) {
+            // a pool lane's ops are its holds, its busy time their spans (holder's start to the
+            // returning node's finish), as in the core's results (fastrack/results.hh)
+            const std::int64_t until = sched.finish[static_cast<std::size_t>(graph.hold_until[i])];
+            stats.laneBusyNs[graph.hold_lane[i]] +=
+                static_cast<double>(std::max<std::int64_t>(0, until - sched.start[i]));
+            stats.laneOps[graph.hold_lane[i]]++;
+        }
         stats.completed++;
     }
     if (nextFinish < byFinish.size()) {
@@ -312,8 +325,9 @@ FastrackReplayer::ReplayerStats::ReplayerStats(statistics::Group *parent)
                "derived nodes whose exported duration differs from the resources' price"),
       ADD_STAT(repriced, statistics::units::Count::get(),
                "derived nodes given the resources' price (reprice=True)"),
-      ADD_STAT(laneBusyNs, statistics::units::Count::get(), "busy time per lane, ns"),
-      ADD_STAT(laneOps, statistics::units::Count::get(), "nodes per lane"),
+      ADD_STAT(laneBusyNs, statistics::units::Count::get(),
+               "busy time per lane, ns (a pool: the spans of its holds)"),
+      ADD_STAT(laneOps, statistics::units::Count::get(), "nodes per lane (a pool: its holds)"),
       ADD_STAT(rankMakespanNs, statistics::units::Count::get(), "makespan per rank, ns")
 {}
 

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "base/statistics.hh"
-#include "../../../replay/cpp/fastrack/engine.hh"
-#include "../../../replay/cpp/fastrack/graph.hh"
-#include "../cpp/fastrack/pricing.hh"
-#include "../../../replay/cpp/fastrack/results.hh"
+#include "fastrack/engine.hh"
+#include "fastrack/graph.hh"
+#include "fastrack/pricing.hh"
+#include "fastrack/results.hh"
 #include "fastrack_resources.hh"
 #include "params/FastrackReplayer.hh"
 #include "sim/eventq.hh"

@@ -148,7 +148,8 @@ FastrackCopyEngine::FastrackCopyEngine(const FastrackCopyEngineParams &p)
     : FastrackResource(p, static_cast<int>(p.lane_type)),
       _engine(makeCore<::fastrack::GpuCryptoEngine>(
           p.name, p.crypto_gb_s, fastrackTicksToNs(p.op_overhead, p.name + ".op_overhead"),
-          static_cast<std::int64_t>(p.engines)))
+          static_cast<std::int64_t>(p.engines))),
+      _parallelAuth(p.parallel_auth)
 {}
 
 void

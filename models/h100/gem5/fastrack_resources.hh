@@ -20,9 +20,9 @@
 
 #include "base/statistics.hh"
 #include "enums/FastrackLaneType.hh"
-#include "../../../replay/cpp/fastrack/graph.hh"
-#include "../cpp/fastrack/hw.hh"
-#include "../cpp/fastrack/pricing.hh"
+#include "fastrack/graph.hh"
+#include "fastrack/hw.hh"
+#include "fastrack/pricing.hh"
 #include "mem/packet.hh"
 #include "mem/port.hh"
 #include "params/FastrackBouncePool.hh"
@@ -117,9 +117,12 @@ class FastrackCopyEngine : public FastrackResource
     FastrackCopyEngine(const FastrackCopyEngineParams &p);
     void bindLane(int lane, const std::string &laneName, int servers) override;
     const ::fastrack::GpuCryptoEngine &engine() const { return _engine; }
+    /** The protocol authenticates in parallel: a host copy's secure copy uses every engine. */
+    bool parallelAuth() const { return _parallelAuth; }
 
   private:
     ::fastrack::GpuCryptoEngine _engine;
+    const bool _parallelAuth;
 };
 
 class FastrackGpuAuth : public FastrackResource

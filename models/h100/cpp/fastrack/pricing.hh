@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../../../../replay/cpp/fastrack/graph.hh"
+#include "fastrack/graph.hh"  // the replay core (replay/cpp, on the include path: Makefile, SConscript)
 #include "hw.hh"
 
 namespace fastrack {
