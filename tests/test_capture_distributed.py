@@ -347,16 +347,17 @@ def test_cli_two_ranks_end_to_end(tmp_path):
 def test_cli_failing_rank_fails_the_capture_and_stops_the_others(tmp_path):
     pidfile = tmp_path / "rank0.pid"
     script = _script(tmp_path, f"""
-    import os, time, torch, torch.distributed as dist
+    import os, select, torch, torch.distributed as dist
     dist.init_process_group("nccl")
     torch.ones(2, device="cuda")
+    # real waits: select blocks on the machine's clock (time.sleep runs on the emulated clock)
     if dist.get_rank() == 0:
         open({str(pidfile)!r}, "w").write(str(os.getpid()))
-        time.sleep(600)   # never finishes on its own
+        select.select([], [], [], 600)   # never finishes on its own
     for _ in range(2400):  # rank 1 fails once rank 0 is asleep (or after 2 min when ranks run one at a time)
         if os.path.exists({str(pidfile)!r}):
             break
-        time.sleep(0.05)
+        select.select([], [], [], 0.05)
     raise ValueError("rank one is broken")
     """)
     out = tmp_path / "t.parquet"

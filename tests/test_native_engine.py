@@ -381,4 +381,4 @@ def test_an_sdist_ships_the_core_and_builds_it(tmp_path):
     proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], capture_output=True,
                           text=True, cwd=src)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert list((src / "replay").glob("_engine*.so")) or list((src / "replay").glob("_engine*.pyd"))
+    assert list((src / "replay" / "pipeline").glob("_engine*.so")) or list((src / "replay" / "pipeline").glob("_engine*.pyd"))
