@@ -101,8 +101,8 @@ def test_sleep_and_timeouts_follow_the_emulated_clock(emu, tmp_path):
     import time, torch
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     t0 = time.monotonic()
-    time.sleep(30.0)
-    assert 29.999 < time.monotonic() - t0 < 30.01
+    time.sleep(120.0)
+    assert 119.999 < time.monotonic() - t0 < 120.01
     assert abs(time.time_ns() - time.time() * 1e9) < 1e6
     deadline = time.monotonic() + 0.05
     n = 0
@@ -114,9 +114,9 @@ def test_sleep_and_timeouts_follow_the_emulated_clock(emu, tmp_path):
     """)
     t0 = time.perf_counter()
     res, df = _run(script, "--host-time", "modelled", out=tmp_path / "s.parquet")
-    assert time.perf_counter() - t0 < 25.0  # the 30 s sleep did not wait
+    assert time.perf_counter() - t0 < 100.0  # the 120 s sleep did not wait (a real one always fails this)
     sleeps = df[df.name == "time.sleep"]
-    assert list(sleeps.kind) == ["cpu"] and list(sleeps.dur_ns) == [30_000_000_000]
+    assert list(sleeps.kind) == ["cpu"] and list(sleeps.dur_ns) == [120_000_000_000]
     n = int(re.search(r"iterations (\d+)", res.output).group(1))
     kernel_ms = df[df.kind == "kernel"].dur_ns.iloc[-1] / 1e6
     assert n == pytest.approx(50.0 / kernel_ms, abs=2)

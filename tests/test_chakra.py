@@ -24,7 +24,7 @@ from replay.pipeline.run import replay_trace
 from test_build import two_rank_collective
 from tracefactory import op, write
 from tracegen.cli import main as tracegen_main
-from tracegen.importers import FORMATS, chakra, pytorch_et
+from tracegen.importers import chakra, formats, pytorch_et
 
 DATA = Path(__file__).resolve().parent / "data"
 KINETO = DATA / "v100_dlrm_8rank"
@@ -232,7 +232,7 @@ def test_foreign_chakra_file_times_and_dependency_kinds(tmp_path):
     path = tmp_path / "job.0.et"
     with open(path, "wb") as f:
         et.write_et(f, GlobalMetadata(), nodes)
-    assert FORMATS["chakra"].sniff(path) and not FORMATS["chakra"].sniff(KINETO)
+    assert formats()["chakra"].sniff(path) and not formats()["chakra"].sniff(KINETO)
     imp, ids = chakra.read_with_ids([path])
     t = imp.table
     row = {n: k for k, n in enumerate(ids)}
@@ -256,8 +256,8 @@ def test_foreign_chakra_file_times_and_dependency_kinds(tmp_path):
 
 def test_pytorch_et_detected_and_linked_with_kineto(tmp_path):
     kin = sorted(KINETO.iterdir())[:2]  # ranks 0 and 1
-    assert FORMATS["pytorch-et"].sniff(ET_DIR) and FORMATS["pytorch-et"].sniff(ET_DIR / "dlrm_eg_0.json.gz")
-    assert not FORMATS["pytorch-et"].sniff(KINETO)
+    assert formats()["pytorch-et"].sniff(ET_DIR) and formats()["pytorch-et"].sniff(ET_DIR / "dlrm_eg_0.json.gz")
+    assert not formats()["pytorch-et"].sniff(KINETO)
     imp = pytorch_et.read([ET_DIR, *kin])
     for linked, total, colls in imp.link_counts:
         assert total == 1672 and linked == total and colls == 8  # every operator, every collective

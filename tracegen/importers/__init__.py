@@ -23,7 +23,7 @@ import abc
 import functools
 import os
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from fastrack_core.errors import FastrackError, PluginError, TraceFormatError, shown
 from fastrack_core.outputs import check_input_path
@@ -367,12 +367,6 @@ def refuse_unconvertible(path: str | os.PathLike) -> None:
             pass
     if hint:
         raise TraceFormatError(hint, path=str(path))
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FORMATS":  # the registry as a mapping, format name -> importer, in detection order
-        return formats()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["GROUP", "AUTO", "Importer", "RawImport", "CHAKRA", "PYTORCH_ET", "KINETO", "NSYS", "installed",
