@@ -2,15 +2,27 @@
 less the emulator's hooks, scaled to the target host (docs/capture.md, "Host time as the script
 spends it").
 
-Ground truth: a script that burns a known number of pure-Python iterations per step. Its
-per-step host time must follow that number (two levels, ratio within 10%) and be the same in two
-runs (within 5%) on a loaded machine. The levels are large enough (about 5 and 10 ms of CPU per
-step) that the burn dominates the modelled costs and the per-interception residue, and small
-enough that the whole file runs in a few seconds after the torch import."""
+Two kinds of ground truth:
+
+* **A virtual thread clock** (exact): the tests replace ``time.thread_time_ns`` by a counter that
+  only the script advances (by a known number of ns per step, through a module it imports), and
+  fix the CPU calibration at the reference. Every figure then follows by hand: per-step host time
+  is the script's ns times the scale plus the modelled cost of the step's torch calls, the same
+  in every run, halved by ``--host-speed 2``, and the replay adds exactly what the capture
+  recorded. These tests cannot pass by luck and cannot fail because the machine is loaded.
+* **The real clock** (loose, by design): a script burning N pure-Python iterations per step.
+  Thread CPU time on a shared 2-core machine varies by tens of % run to run (another process
+  thrashing the caches, frequency changes), so a test only asserts what no load can reverse:
+  the burn dominates the step and twice the burn costs more. The stability figures themselves
+  are measured, not asserted: ``python benchmarks/validation/script_time.py``
+  (docs/capture.md)."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
+import time
+import types
 
 import numpy as np
 import pytest
@@ -46,8 +58,22 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) a
         y = (x @ x).relu().sum()
         prof.step()
 """
+VIRTUAL = """
+import sys
+import torch
+import _fastrack_test_vclock as vclock
+
+ns = int(sys.argv[1])
+x = torch.ones(64, 64, device="cuda")
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    for _ in range(STEPS):
+        vclock.advance(ns)  # the script's own Python: exactly ns of thread CPU time
+        y = (x @ x).relu().sum()
+        prof.step()
+"""
 STEPS = 9
 LOW, HIGH = 150_000, 300_000  # burn iterations per step (about 5 and 10 ms of CPU here)
+V_LOW, V_HIGH = 3_000_000, 7_000_000  # virtual script ns per step
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +91,28 @@ def burn_script(tmp_path_factory):
     return p
 
 
+@pytest.fixture
+def vclock(emu, monkeypatch):
+    """A thread clock that only the script moves, and the CPU calibration at the reference
+    (capture_cpu_speed = 1): the script's time is what it says it spent."""
+    from tracegen.emulation import costmodel, hosttime
+
+    state = {"ns": 10**12}
+    mod = types.ModuleType("_fastrack_test_vclock")
+    mod.advance = lambda ns: state.__setitem__("ns", state["ns"] + int(ns))
+    monkeypatch.setitem(sys.modules, "_fastrack_test_vclock", mod)
+    monkeypatch.setattr(time, "thread_time_ns", lambda: state["ns"])
+    monkeypatch.setattr(hosttime, "calibrate_cpu", lambda: costmodel.GpuSpec.__dataclass_fields__["host_reference_loop_ns"].default)
+    return state
+
+
+@pytest.fixture(scope="module")
+def virtual_script(tmp_path_factory):
+    p = tmp_path_factory.mktemp("vhosttime") / "virtual.py"
+    p.write_text(textwrap.dedent(VIRTUAL.replace("STEPS", str(STEPS))))
+    return p
+
+
 def _capture(script, *args, opts=(), out=None):
     out = out or script.parent / "out.parquet"
     res = CliRunner().invoke(tracegen_main, ["capture", "--overwrite", "-o", str(out), *opts, str(script), "--",
@@ -73,37 +121,77 @@ def _capture(script, *args, opts=(), out=None):
     return read_trace(out)
 
 
-def _per_step_host_ms(trace) -> float:
-    """Median over the steps after the first of the host work (cpu + runtime ops) per step, ms."""
+def _per_step_host_ns(trace) -> np.ndarray:
+    """Host work (cpu + runtime ops) of each step after the first, ns."""
     df = trace.table.to_pandas()
     host = df[df.kind.isin(["cpu", "runtime"]) & (df.step >= 1)]
     per = host.groupby("step").dur_ns.sum()
     assert len(per) == STEPS - 1
-    return float(np.median(per)) / 1e6
+    return per.to_numpy(dtype=np.int64)
 
 
-def test_script_host_time_follows_the_burn_and_is_stable(emu, burn_script):
-    """Two levels, runs interleaved (low, high, low, high: a change of load hits both): per-step
-    host time proportional to the iterations (ratio within 10%), and each level the same in two
-    runs (within 5%). On the shared 2-core machine another process can thrash the caches for a
-    whole run (thread CPU time then grows by up to ~10%, docs/capture.md): a level gets one more
-    run, and two of its runs must agree."""
-    low, high = [], []
-    for _ in range(2):
-        low.append(_per_step_host_ms(_capture(burn_script, LOW)))
-        high.append(_per_step_host_ms(_capture(burn_script, HIGH)))
-    ratio = np.mean(high) / np.mean(low)
-    assert abs(ratio / (HIGH / LOW) - 1) < 0.10, (low, high, ratio)
+def _per_step_host_ms(trace) -> float:
+    """Median over the steps after the first of the host work per step, ms."""
+    return float(np.median(_per_step_host_ns(trace))) / 1e6
 
-    def agree(runs):
-        return any(abs(a / b - 1) < 0.05 for i, a in enumerate(runs) for b in runs[i + 1:])
 
-    for runs, n in ((low, LOW), (high, HIGH)):
-        if not agree(runs):
-            runs.append(_per_step_host_ms(_capture(burn_script, n)))
-        assert agree(runs), (low, high)
-    # the burn dominates: the modelled costs per step are a few tens of us
-    assert min(low) > 1.0, low
+# -- the virtual clock: exact --------------------------------------------------------------
+
+def test_virtual_script_time_is_exact(vclock, virtual_script):
+    """Per-step host time = script ns x scale + the step's modelled torch costs: identical steps,
+    identical runs, and the difference of two levels is the difference of the script's ns."""
+    low = _capture(virtual_script, V_LOW)
+    ht = low.metadata["host_time"]
+    assert ht["capture_cpu_speed"] == 1.0 and ht["intercept_ns"] == 0 and ht["emulator_cpu_ns"] == 0
+    scale = ht["scale"]
+    a = _per_step_host_ns(low)
+    assert (a == a[0]).all(), a  # every step the same
+    assert (_per_step_host_ns(_capture(virtual_script, V_LOW)) == a).all()  # every run the same
+    b = _per_step_host_ns(_capture(virtual_script, V_HIGH))
+    assert (b - a) == pytest.approx((V_HIGH - V_LOW) * scale, abs=STEPS)  # integer ns rounding
+    # the script's own time is all of the script's ns (STEPS steps, plus nothing before the first)
+    assert ht["script_cpu_ns"] == STEPS * V_LOW
+    assert ht["script_ns"] == pytest.approx(STEPS * V_LOW * scale, abs=STEPS)
+    # and it dominates the step: the modelled part is what is left, a few tens of us
+    modelled = a[0] - V_LOW * scale
+    assert 0 < modelled < 0.05 * V_LOW * scale, modelled
+
+
+def test_virtual_host_speed_halves(vclock, virtual_script):
+    """``--host-speed 2`` halves the scale, so the script's share of each step halves (the
+    modelled torch costs halve too: docs/capture.md, --host-speed)."""
+    base = _capture(virtual_script, V_LOW)
+    fast = _capture(virtual_script, V_LOW, opts=("--host-speed", "2"))
+    f, b = fast.metadata["host_time"], base.metadata["host_time"]
+    assert f["host_speed"] == 2.0 and f["scale"] == pytest.approx(b["scale"] / 2, rel=1e-3)
+    assert f["script_ns"] == pytest.approx(b["script_ns"] / 2, abs=STEPS)
+    assert _per_step_host_ns(fast)[0] == pytest.approx(_per_step_host_ns(base)[0] / 2, rel=0.002)
+
+
+def test_virtual_replay_adds_what_capture_recorded(vclock, virtual_script):
+    """The replay treats the script's time as host work on the script's thread: the replayed
+    span of two levels differs by what the two captures recorded as script time."""
+    import fastrack
+
+    low, high = virtual_script.parent / "low.parquet", virtual_script.parent / "high.parquet"
+    _capture(virtual_script, V_LOW, out=low)
+    _capture(virtual_script, V_HIGH, out=high)
+    a = fastrack.replay(low, protocol="none", reference=False).makespan_ns
+    b = fastrack.replay(high, protocol="none", reference=False).makespan_ns
+    recorded = [fastrack.load(p).metadata["host_time"]["script_ns"] for p in (low, high)]
+    assert b - a == pytest.approx(recorded[1] - recorded[0], rel=1e-3)
+    assert b / a > 1.5
+
+
+# -- the real clock: what no load can reverse ----------------------------------------------
+
+def test_real_script_time_follows_the_burn(emu, burn_script):
+    """The burn dominates each step (well above the modelled tens of us) and twice the burn
+    costs clearly more: at 2x the iterations at least 1.3x the host time (2x expected; the
+    measured spread is in benchmarks/validation/script_time.py)."""
+    low = _per_step_host_ms(_capture(burn_script, LOW))
+    high = _per_step_host_ms(_capture(burn_script, HIGH))
+    assert low > 1.0 and high > 1.3 * low, (low, high)
 
 
 def test_default_mode_is_script_with_metadata(emu, burn_script):
@@ -145,33 +233,6 @@ def test_sleep_is_not_script_time(emu, burn_script):
     assert script < 2.0 < 15.0 < measured, (script, measured)
 
 
-def test_host_speed_scales_script_time(emu, burn_script):
-    base = _capture(burn_script, LOW)
-    fast = _capture(burn_script, LOW, opts=("--host-speed", "2"))
-    f, b = fast.metadata["host_time"], base.metadata["host_time"]
-    assert f["host_speed"] == 2.0 and f["scale"] == pytest.approx(f["capture_cpu_speed"] / 2, rel=1e-3)
-    assert f["script_ns"] == pytest.approx(f["script_cpu_ns"] * f["scale"], rel=0.01)
-    # two runs: the calibration and the burn each vary a few % on a loaded machine
-    assert f["scale"] == pytest.approx(b["scale"] / 2, rel=0.15)
-    assert _per_step_host_ms(fast) / _per_step_host_ms(base) == pytest.approx(0.5, rel=0.25)
-
-
-def test_replay_sees_script_time(emu, burn_script):
-    """The replay treats the script's time as host work: the replayed span grows with the burn."""
-    import fastrack
-
-    low, high = burn_script.parent / "low.parquet", burn_script.parent / "high.parquet"
-    _capture(burn_script, LOW, out=low)
-    _capture(burn_script, HIGH, out=high)
-    a = fastrack.replay(low, protocol="none", reference=False).makespan_ns
-    b = fastrack.replay(high, protocol="none", reference=False).makespan_ns
-    # What the replay adds is what the capture recorded as script time (both from the same two
-    # traces, so the machine's load between the runs does not enter), and it is most of the span.
-    recorded = [fastrack.load(p).metadata["host_time"]["script_ns"] for p in (low, high)]
-    assert b - a == pytest.approx(recorded[1] - recorded[0], rel=0.15)
-    assert b / a > 1.5
-
-
 def test_scale_formula():
     from tracegen.emulation.scripttime import ScriptTime
 
@@ -180,11 +241,24 @@ def test_scale_formula():
     assert st.scale == pytest.approx(0.5)
 
 
-def test_calibration_loop_is_stable():
-    from tracegen.emulation.scripttime import calibrate_cpu
+def test_calibration_takes_the_fastest_run(monkeypatch):
+    """The calibration is the fastest of its timed runs (interference only makes a run slower),
+    after one untimed warm-up; a clock that does not move gives 1 ns, never 0 (a divisor)."""
+    from tracegen.emulation import scripttime
 
-    a, b = calibrate_cpu(), calibrate_cpu()
-    assert 0 < a and abs(a / b - 1) < 0.2
+    runs = iter([900, 700, 650, 800])  # ns per timed run
+    state = {"ns": 0, "start": True}
+
+    def clock():
+        if not state["start"]:
+            state["ns"] += next(runs)
+        state["start"] = not state["start"]
+        return state["ns"]
+
+    monkeypatch.setattr(time, "thread_time_ns", clock)
+    assert scripttime.calibrate_cpu(repeats=4, iters=10) == 650
+    monkeypatch.setattr(time, "thread_time_ns", lambda: 5)
+    assert scripttime.calibrate_cpu(repeats=3, iters=10) == 1
 
 
 def _one_line_refusal(res, out):
