@@ -42,7 +42,8 @@ Host-side scheduling never depends on GPU values: output lengths are drawn up fr
 benchmark with ``ignore_eos`` does), so token ids read back under emulation are stand-ins.
 Request markers (``request:arrive|first_token|token|finish:<id>``, docs/serving.md) are written
 with ``torch.profiler.record_function`` when the host has admitted a request and when it has a
-token in hand; every step is ``ProfilerStep#N``.
+token in hand; every step is ``ProfilerStep#N`` and carries an engine-step marker (an NVTX instant
+``engine_step:<prefill tokens>:<decode requests>:<context tokens>``, read by ``replay serve``).
 
     python examples/serving.py --model llama3-8b --concurrency 8
     tracegen capture examples/serving.py -- --model tiny --requests 8 --concurrency 4
@@ -76,6 +77,10 @@ MODELS = {
     # dense multi-head attention, sub-1B
     "qwen1.5-0.5b": LlamaConfig(dim=1024, layers=24, heads=16, kv_heads=16, ffn=2816, vocab=151936,
                                 rope_theta=1000000.0, norm_eps=1e-6, qkv_bias=True),
+    # grouped-query attention with QKV bias, Qwen-class 7B (Qwen2.5-7B's config.json: hidden 3584, 28
+    # layers, 28 query / 4 KV heads, intermediate 18944, vocabulary 152064)
+    "qwen2.5-7b": LlamaConfig(dim=3584, layers=28, heads=28, kv_heads=4, ffn=18944, vocab=152064,
+                              rope_theta=1000000.0, norm_eps=1e-6, qkv_bias=True),
     # grouped-query attention, 8B
     "llama3-8b": LlamaConfig(dim=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256),
     # dense multi-head attention, 13B
@@ -231,6 +236,16 @@ def mark(event: str, rid: int) -> None:
     """A request marker (fastrack_core/markers.py names): the host is at this moment now."""
     with torch.profiler.record_function(f"request:{event}:{rid}"):
         pass
+
+
+def step_marker(chunks, decodes) -> None:
+    """The engine-step marker (docs/serving.md, "Engine-step markers"): an NVTX instant named
+    ``engine_step:<prefill tokens>:<decode requests>:<context tokens>`` at the start of the step's
+    work, the shape ``replay serve`` prices the step by (the context counts every cache position
+    the step's attention reads)."""
+    prefill = sum(n for _, n in chunks)
+    context = sum(r.computed + n for r, n in chunks) + sum(len(r.prompt) + r.sampled for r in decodes)
+    torch.cuda.nvtx.mark(f"engine_step:{prefill}:{len(decodes)}:{context}")
 
 
 class Server:
@@ -528,6 +543,7 @@ def main(argv=None):
                     running.append(r)
                     mark("arrive", r.rid)
                 chunks, decodes = server.schedule(running)
+                step_marker(chunks, decodes)
                 if chunks or decodes:
                     batch = server.inputs(chunks, decodes)
                     tokens = server.forward(batch)

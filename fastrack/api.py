@@ -40,9 +40,10 @@ def load(path: str | os.PathLike) -> Trace:
 
 
 def convert(inputs: str | os.PathLike | Sequence[str | os.PathLike], output: str | os.PathLike,
-            fmt: str = "auto", overwrite: bool = False) -> Trace:
+            fmt: str = "auto", overwrite: bool = False, keep_source_names: bool = False) -> Trace:
     """Import profiler output (Kineto JSON, Nsight SQLite, a directory of rank files) into the
-    Parquet trace ``output``, as ``tracegen convert`` does, and return it loaded."""
+    Parquet trace ``output``, as ``tracegen convert`` does, and return it loaded.
+    ``keep_source_names``: as ``--keep-source-names``."""
     from fastrack_core.outputs import check_input_path, check_output_path
     from tracegen.convert import convert as run_convert
 
@@ -50,7 +51,7 @@ def convert(inputs: str | os.PathLike | Sequence[str | os.PathLike], output: str
     for p in inputs:
         check_input_path(p, allow_dir=True)
     check_output_path(output, inputs, overwrite)
-    return read_trace(run_convert(inputs, output, fmt).path)
+    return read_trace(run_convert(inputs, output, fmt, keep_source_names=keep_source_names).path)
 
 
 class capture:
@@ -88,19 +89,21 @@ class capture:
     def __enter__(self) -> "capture":
         import torch
 
-        from tracegen.capture import DEVICES, HOST_TIME_MODES
+        from tracegen.capture import HOST_TIME_MODES
         from tracegen.emulation.speed import speed_factors
 
         o = self._opts
         if self._inner is not None:
             raise CaptureError("this capture is already running; use a new fastrack.capture() per block")
-        if o["device"] not in DEVICES:
-            raise CaptureError(f"unknown device '{o['device']}'; expected one of {', '.join(DEVICES)}")
         if o["host_time"] not in HOST_TIME_MODES:
             raise CaptureError(f"unknown host time mode '{o['host_time']}'; expected one of "
                                f"{', '.join(HOST_TIME_MODES)}")
         self._speed = speed_factors(o["gpu_speed"], o["copy_speed"], o["host_speed"])
         self.emulated = (not torch.cuda.is_available()) if o["emulate"] is None else bool(o["emulate"])
+        if self.emulated:  # the device is a preset with the compute half, as replay --preset names it
+            from tracegen.emulation.costmodel import get_spec
+
+            get_spec(o["device"])
         if not self.emulated:
             if not torch.cuda.is_available():
                 raise CaptureError("emulate=False needs a CUDA GPU, and torch.cuda.is_available() is False here")
@@ -228,14 +231,35 @@ class Result:
     details: Any = dataclasses.field(repr=False, compare=False)
     graph: Any = dataclasses.field(repr=False, compare=False)
     schedule: Any = dataclasses.field(repr=False, compare=False)
+    # with ranges=True: the range report of replay --ranges (makespan_range_ns, slowdown_range,
+    # range_driver, ranges; replay.pipeline.ranges), else None
+    range_report: dict[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def makespan_range_ns(self) -> list[int] | None:
+        """[low, high] of the makespan over the preset's assumption ranges (``ranges=True``), else None."""
+        return None if self.range_report is None else self.range_report["makespan_range_ns"]
+
+    @property
+    def slowdown_range(self) -> list[float] | None:
+        """[low, high] of the slowdown over the assumption ranges (``ranges=True`` with a reference)."""
+        return None if self.range_report is None else self.range_report["slowdown_range"]
+
+    @property
+    def range_driver(self) -> str | None:
+        """The parameter (``section.key``) whose range moves the result most, or None."""
+        return None if self.range_report is None else self.range_report["range_driver"]
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON report of ``replay --json`` (plus ``slowdown_vs_none`` when there is a reference)."""
+        """The JSON report of ``replay --json`` (plus ``slowdown_vs_none`` when there is a reference, and
+        the range keys of ``replay --ranges --json`` with ``ranges=True``)."""
         d = self.details.to_dict()
         d["trace"] = self.trace
         if self.reference_makespan_ns is not None:
             d["reference"] = {"protocol": "none", "makespan_ns": self.reference_makespan_ns}
             d["slowdown_vs_none"] = self.slowdown
+        if self.range_report is not None:
+            d.update(self.range_report)
         return d
 
     def to_frame(self):
@@ -305,8 +329,12 @@ class Comparison:
         """The JSON report of ``replay compare --json``."""
         from replay.frontend.compare import compare_report
 
-        return compare_report(self.trace, {p: r.details for p, r in self.results.items()}, self.reference,
-                              self.data_parallel)
+        d = compare_report(self.trace, {p: r.details for p, r in self.results.items()}, self.reference,
+                           self.data_parallel)
+        for row in d["rows"]:
+            if self.results[row["protocol"]].range_report is not None:
+                row.update(self.results[row["protocol"]].range_report)
+        return d
 
     def plot(self, path: str | os.PathLike) -> None:
         """The stacked breakdown chart of ``replay compare --plot`` (PNG, SVG or PDF)."""
@@ -342,7 +370,7 @@ def _graph(trace: TraceLike, data_parallel: int | None, bucket_mb: float | None,
     return graph, tr, label
 
 
-def _results(trace, protocols, model, preset, params, scales, data_parallel, bucket_mb, reference):
+def _results(trace, protocols, model, preset, params, scales, data_parallel, bucket_mb, reference, ranges=False):
     from replay.names import CAPTURED, NONE
     from replay.plugins import DEFAULT_MODEL
     from replay.pipeline.results import slowdown
@@ -360,6 +388,12 @@ def _results(trace, protocols, model, preset, params, scales, data_parallel, buc
     for p in dict.fromkeys(run):
         reps[p] = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
     ref = reps[NONE].result.makespan_ns if NONE in reps else None
+    spans = {}
+    if ranges:  # (replay.pipeline.ranges: the same graph re-transformed at each range point)
+        from replay.pipeline.ranges import RangeStudy
+
+        study = RangeStudy(graph, model, preset, overrides, scales, reference=ref is not None)
+        spans = {p: study.protocol_range(p, reps[p].result.makespan_ns, ref, reps[p].graph) for p in wanted}
     out = {}
     for p in wanted:
         rep = reps[p]
@@ -370,32 +404,40 @@ def _results(trace, protocols, model, preset, params, scales, data_parallel, buc
                         slowdown=slowdown(res.makespan_ns, ref) if has_ref else None,
                         reference_makespan_ns=int(ref) if has_ref else None,
                         critical_path_ns=dict(res.critical_path_ns), model=m.get("model"), preset=m.get("preset"),
-                        params_digest=m.get("digest"), details=res, graph=rep.graph, schedule=rep.schedule)
+                        params_digest=m.get("digest"), details=res, graph=rep.graph, schedule=rep.schedule,
+                        range_report=spans.get(p))
     return label, out, (reps[NONE].result if NONE in reps else None)
 
 
 def replay(trace: TraceLike, protocol: str = "fastrack", *, model: str | None = None, preset: str | None = None,
            params: Mapping[str, Any] | Iterable[str] | None = None, scales: Mapping[str, float] | None = None,
-           data_parallel: int | None = None, bucket_mb: float | None = None, reference: bool = True) -> Result:
+           data_parallel: int | None = None, bucket_mb: float | None = None, reference: bool = True,
+           ranges: bool = False) -> Result:
     """Replay ``trace`` (a path, a :class:`~fastrack_core.traceio.Trace` or a finished :class:`capture`)
     under ``protocol``. ``params`` overrides model parameters (``{"pcie.h2d_bandwidth_gb_s": 32}``),
     ``scales`` is the what-if ``{kind: factor}`` of ``--scale``, ``data_parallel`` the DDP world
     size of ``--data-parallel``. With ``reference`` (default) the trace is also replayed under
-    ``none`` so that :attr:`Result.slowdown` is set."""
-    _, results, _ = _results(trace, [protocol], model, preset, params, scales, data_parallel, bucket_mb, reference)
+    ``none`` so that :attr:`Result.slowdown` is set. With ``ranges`` the result also carries its range over
+    the preset's assumption ranges (:attr:`Result.makespan_range_ns`, :attr:`Result.slowdown_range`,
+    :attr:`Result.range_driver`; docs/model.md "Uncertainty ranges"), at about two replays per ranged
+    parameter the protocol reads."""
+    _, results, _ = _results(trace, [protocol], model, preset, params, scales, data_parallel, bucket_mb, reference,
+                             ranges)
     return results[protocol.strip()]
 
 
 def compare(trace: TraceLike, protocols: Sequence[str] | str = ("none", "baseline", "fastrack"), *,
             model: str | None = None, preset: str | None = None,
             params: Mapping[str, Any] | Iterable[str] | None = None, scales: Mapping[str, float] | None = None,
-            data_parallel: int | None = None, bucket_mb: float | None = None) -> Comparison:
-    """Replay ``trace`` under each protocol (graph built once; ``none`` replayed as the reference)."""
+            data_parallel: int | None = None, bucket_mb: float | None = None, ranges: bool = False) -> Comparison:
+    """Replay ``trace`` under each protocol (graph built once; ``none`` replayed as the reference);
+    ``ranges``: each result also carries its range (see :func:`replay`)."""
     if isinstance(protocols, str):
         protocols = protocols.split(",")
     from replay.whatif.dataparallel import DEFAULT_BUCKET_MB
 
-    label, results, ref = _results(trace, protocols, model, preset, params, scales, data_parallel, bucket_mb, True)
+    label, results, ref = _results(trace, protocols, model, preset, params, scales, data_parallel, bucket_mb, True,
+                                   ranges)
     dp = None if data_parallel is None else {"world": data_parallel,
                                              "bucket_mb": DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb}
     return Comparison(trace=label, results=results, reference=ref, data_parallel=dp)

@@ -11,23 +11,64 @@ from pathlib import Path
 from typing import Iterator
 
 
+_RANDOM_AND_SUFFIX = 8 + len(".part") + 2  # mkstemp's random part, the suffix, the dots around the name
+
+
+def _temp_prefix(path: Path, extra: int = 0) -> str:
+    """``.NAME.`` for the temporary sibling of ``path``, with ``NAME`` cut (at a character
+    boundary) so that the whole temporary name fits the folder's name limit: any legal output name
+    gets a legal temporary one (``extra``: more characters the caller appends)."""
+    try:
+        limit = os.pathconf(path.parent if str(path.parent) else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    room = max(1, limit - _RANDOM_AND_SUFFIX - extra)
+    name = path.name.encode()
+    if len(name) > room:
+        name = name[:room].decode("utf-8", "ignore").encode()
+    return f".{name.decode()}."
+
+
+def _user_error(exc: OSError, path: Path) -> OSError:
+    """``exc`` re-made to name ``path`` (the file the user gave) rather than the temporary sibling
+    or nothing: ``OSError(errno, strerror, path)``. Arrow's I/O errors carry the errno only in
+    their text (``... Detail: [errno 28] ...``): it is read from there."""
+    import errno as _errno
+    import re
+
+    code = exc.errno
+    if code is None:
+        m = re.search(r"\[errno (\d+)\]", str(exc))
+        code = int(m.group(1)) if m else None
+    if code is None:
+        code = _errno.EIO
+    return OSError(code, os.strerror(code), str(path))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block
-    succeeds. On any exception the temporary file is removed and ``path`` is untouched."""
+    succeeds. On any exception the temporary file is removed and ``path`` is untouched. An
+    ``OSError`` (no space, read-only folder, ...) is raised again naming ``path``, the file the
+    user gave, never the temporary one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(fd)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".part", dir=path.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise _user_error(exc, path) from None
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; outputs get the usual permissions
     try:
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; outputs get the usual permissions
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and (exc.filename in (None, tmp) or exc.errno is None):
+            raise _user_error(exc, path) from None
         raise
 
 
@@ -58,13 +99,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         folder.mkdir()
     umask = os.umask(0)
     os.umask(umask)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".part", dir=path.parent))
     try:
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp creates 0700; outputs get the usual permissions
         yield tmp
         old = None
         if path.is_dir():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".old", dir=path.parent))
             os.replace(path, old)  # onto the empty placeholder
         try:
             os.replace(tmp, path)

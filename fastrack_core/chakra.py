@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterator
 
 from fastrack_core.errors import TraceFormatError
+from fastrack_core.schema import MAX_DECOMPRESSED_BYTES, MAX_DEPS_PER_NODE, MAX_NAME_CHARS, MAX_NODES_PER_FILE
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -415,13 +416,21 @@ def decode_node(raw: bytes, index: int) -> Node:
         if num == 1:
             node.id = _scalar("uint64", wire, val, f"{msg}.id")
         elif num == 2:
+            if len(val) > MAX_NAME_CHARS:  # (bytes; a name of more characters has at least as many)
+                raise _Bad(f"{msg}.name", f"longer than {MAX_NAME_CHARS:,} bytes (fastrack_core.schema.MAX_NAME_CHARS)")
             node.name = _text(val, f"{msg}.name")
         elif num == 3:
             node.type = _scalar("int32", wire, val, f"{msg}.type")
         elif num == 4:
             node.ctrl_deps.extend(_uints(wire, val, f"{msg}.ctrl_deps"))
+            if len(node.ctrl_deps) > MAX_DEPS_PER_NODE:
+                raise _Bad(f"{msg}.ctrl_deps", f"more than {MAX_DEPS_PER_NODE:,} dependencies "
+                           "(fastrack_core.schema.MAX_DEPS_PER_NODE)")
         elif num == 5:
             node.data_deps.extend(_uints(wire, val, f"{msg}.data_deps"))
+            if len(node.data_deps) > MAX_DEPS_PER_NODE:
+                raise _Bad(f"{msg}.data_deps", f"more than {MAX_DEPS_PER_NODE:,} dependencies "
+                           "(fastrack_core.schema.MAX_DEPS_PER_NODE)")
         elif num == 6:
             node.start_time_micros = _scalar("uint64", wire, val, f"{msg}.start_time_micros")
         elif num == 7:
@@ -446,13 +455,30 @@ def decode_node(raw: bytes, index: int) -> Node:
 # --------------------------------------------------------------------------- files
 
 
-def read_bytes(path: str) -> bytes:
-    """The (decompressed) bytes of an ET file."""
+def _read_capped(f, limit: int) -> bytes | bytearray:
+    """At most ``limit`` + 1 bytes of ``f``, read in 1 MiB chunks into one buffer (no chunk list
+    joined at the end, so a bomb costs the limit, not twice it)."""
+    buf = bytearray()
+    while len(buf) <= limit:
+        chunk = f.read(min(1 << 20, limit + 1 - len(buf)))
+        if not chunk:
+            break
+        buf += chunk
+    return buf if len(buf) > limit else bytes(buf)  # (over the limit: refused by the caller, not copied)
+
+
+def read_bytes(path: str, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """The (decompressed) bytes of an ET file, at most ``limit`` of them (a file that decompresses
+    to more is refused, naming the limit, before more than ``limit`` bytes are held)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
-        if data[:2] == GZIP_MAGIC:
-            data = gzip.decompress(data)
+            magic = f.read(2)
+            f.seek(0)
+            if magic == GZIP_MAGIC:
+                with gzip.GzipFile(fileobj=f) as g:
+                    data = _read_capped(g, limit)
+            else:
+                data = _read_capped(f, limit)
     except EOFError:
         raise TraceFormatError("truncated gzip stream (file ends before the end of the compressed data)",
                                path=path) from None
@@ -460,6 +486,10 @@ def read_bytes(path: str) -> bytes:
         raise TraceFormatError(f"corrupt gzip data ({exc})", path=path) from None
     except OSError as exc:
         raise TraceFormatError(f"cannot read file ({exc.strerror or exc})", path=path) from None
+    if len(data) > limit:
+        raise TraceFormatError(f"{'decompresses to' if magic == GZIP_MAGIC else 'holds'} more than {limit:,} bytes "
+                               "(the limit of one file read whole: fastrack_core.schema.MAX_DECOMPRESSED_BYTES)",
+                               path=path)
     return data
 
 
@@ -508,6 +538,9 @@ def read_et(path: str) -> tuple[GlobalMetadata, list[Node]]:
                 meta = decode_metadata(payload)
                 check_version(meta.version, path)
             else:
+                if i > MAX_NODES_PER_FILE:
+                    raise TraceFormatError(f"holds more than {MAX_NODES_PER_FILE:,} nodes (the limit of one file: "
+                                           "fastrack_core.schema.MAX_NODES_PER_FILE)", path=path)
                 nodes.append(decode_node(payload, i - 1))
     except _Bad as exc:
         raise TraceFormatError(f"not a valid Chakra ET: {exc}", path=path) from None

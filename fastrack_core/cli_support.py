@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import importlib
 import logging
 import sys
@@ -20,7 +21,7 @@ from typing import Callable, Iterator, Sequence
 
 import click
 
-from fastrack_core.errors import FastrackError
+from fastrack_core.errors import FastrackError, GraphError
 
 EXIT_BAD_INPUT = 2
 OUR_LOGGERS = ("fastrack", "fastrack_core", "tracegen", "replay")
@@ -184,6 +185,8 @@ def reports_errors(func: Callable) -> Callable:
         try:
             return func(*args, **kwargs)
         except FastrackError as exc:
+            if isinstance(exc, GraphError) and exc.path is None and isinstance(kwargs.get("trace"), (str, os.PathLike)):
+                exc.path = os.fspath(kwargs["trace"])  # a graph the command built from its TRACE argument
             fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         except OSError as exc:  # the file system refused (no space, read-only, permission, name too long)
             what = f"{exc.filename}: " if exc.filename else ""

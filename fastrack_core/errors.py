@@ -9,14 +9,19 @@ from __future__ import annotations
 
 
 def shown(text: object) -> str:
-    """A name for a message: quoted when it looks like a name a person typed (a protocol, a model,
-    a preset); otherwise, since it may come from a file and files carry tokens, only its length."""
-    import re
+    """A value for a message, by type and size only: whatever a person typed or a file held may
+    carry a secret (a token pasted as a protocol name, a password in a URL), so a message never
+    repeats it (docs/robustness.md, "Nothing from the input in messages")."""
+    return f"(a {type(text).__name__} of {len(str(text))} characters)"
 
-    s = str(text)
-    if len(s) <= 24 and re.fullmatch(r"[A-Za-z0-9_.:+-]*", s):
-        return f"'{s}'"
-    return f"(a name of {len(s)} characters)"
+
+def closest(text: object, known) -> str:
+    """``"; did you mean 'NAME'?"`` for the registered name closest to ``text`` (names of ours,
+    never the input), or ``""`` when none is close."""
+    import difflib
+
+    m = difflib.get_close_matches(str(text), sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean '{m[0]}'?" if m else ""
 
 
 class FastrackError(Exception):

@@ -138,6 +138,17 @@ VALUE_RANGES: dict[str, tuple[int, int, str]] = {  # column -> (min, max, why)
     "step": (-1, 2**31 - 1, "a step number, or -1"),
 }
 
+# Reader limits (docs/robustness.md "Reader limits"): what any importer reads of one input before it
+# refuses it with one line naming the limit. Each bounds memory or work a small hostile file could
+# otherwise multiply (a gzip bomb, one huge string, a dependency blow-up); each is far above what a
+# real profiler writes (assumption: ranges in the docs).
+MAX_DECOMPRESSED_BYTES = 512 << 20  # one input file read whole (Chakra ET protobuf), decompressed
+MAX_EVENT_BYTES = 16 << 20  # one Kineto event (with the whitespace before it) on the streaming path
+MAX_NAME_CHARS = 1 << 16  # one op name (kernel names demangle to a few KiB)
+MAX_NODES_PER_FILE = 1 << 24  # nodes of one Chakra ET / PyTorch ET file, kernel rows of one Nsight export
+MAX_DEPS_PER_NODE = 1 << 16  # dependencies of one op (fan-in), after bridging no-work nodes
+MAX_EDGES = 1 << 27  # dependency edges of one import, and steps spent bridging them (fan-out is bounded by it)
+
 ARROW_SCHEMA = pa.schema([pa.field(n, t, nullable=nul) for n, (t, nul, _) in COLUMNS.items()])
 
 # File-level metadata: only these keys are ever written (whitelist). Values are JSON types.

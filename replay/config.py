@@ -20,6 +20,10 @@ The loader rejects unknown tables and keys (listing the known ones and the close
 wrong unit such as ``latency_us`` is caught), missing keys, missing sources, wrong types and
 out-of-range values, always naming the file, the table and the key. ``extends`` lets a variant
 state only what differs from its base.
+
+A numeric key may carry an uncertainty range, ``key_range = [low, high]`` with its reason in
+``key_range_source`` (or in ``key_source``): ``low <= value <= high``, both ends valid values of the
+key (docs/model.md "Uncertainty ranges"; :attr:`Preset.ranges`, used by :mod:`replay.pipeline.ranges`).
 """
 
 from __future__ import annotations
@@ -36,8 +40,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from fastrack_core.errors import ConfigError, shown
+from fastrack_core.machine import MACHINE_TABLES
 
 SOURCE_SUFFIX = "_source"
+RANGE_SUFFIX = "_range"  # key_range = [low, high]: the uncertainty range of an assumption or fit (docs/model.md)
+RANGE_SOURCE_SUFFIX = RANGE_SUFFIX + SOURCE_SUFFIX  # key_range_source: why those two ends
 PRESET_TABLE = "preset"
 _TOML_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}  # see _read_toml
 _TOML_CACHE_MAX = 64
@@ -57,6 +64,10 @@ class Preset:
     description: str
     values: Any  # instance of the model's root parameter dataclass
     sources: dict[str, dict[str, str]]  # section -> key -> source (overrides: "override: --set ...")
+    # section -> key -> (low, high, reason): uncertainty ranges (``key_range``, docs/model.md "Uncertainty
+    # ranges"); a key fixed by ``--set`` has none here and is listed in ``fixed_by_set`` ("section.key")
+    ranges: dict[str, dict[str, tuple[Any, Any, str]]] = dataclasses.field(default_factory=dict)
+    fixed_by_set: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         """Every value as a nested plain dict (section -> key -> value)."""
@@ -201,8 +212,21 @@ def _raw_with_bases(path: Path, seen: tuple[Path, ...] = (), model: str | None =
     base, _ = _raw_with_bases(base_path, seen + (path,), model)
     merged = {t: dict(body) for t, body in base.items()}
     for table, body in raw.items():
-        merged.setdefault(table, {}).update(body)
+        into = merged.setdefault(table, {})
+        for key in body:  # a value restated without its range drops the base's (the range brackets the value)
+            if _param_name(key) == key and key + RANGE_SUFFIX not in body:
+                into.pop(key + RANGE_SUFFIX, None)
+                into.pop(key + RANGE_SOURCE_SUFFIX, None)
+        into.update(body)
     return merged, head
+
+
+def _param_name(key: str) -> str:
+    """The parameter a preset key belongs to: ``x``, ``x_source``, ``x_range``, ``x_range_source`` -> ``x``."""
+    for suffix in (RANGE_SOURCE_SUFFIX, SOURCE_SUFFIX, RANGE_SUFFIX):
+        if key.endswith(suffix):
+            return key[: -len(suffix)]
+    return key
 
 
 def load_preset(root_cls: type, path: Path, overrides: Iterable[str] | Mapping[str, Any] = (),
@@ -225,11 +249,14 @@ def load_preset_dict(root_cls: type, raw: Mapping[str, Any], overrides: Iterable
 def _build(root_cls, raw, head, path: str, overrides) -> Preset:
     secs = sections(root_cls)
     where = path or None
+    # the compute half of the machine description is read by fastrack_core.machine (docs/machine.md)
+    raw = {t: b for t, b in raw.items() if t in secs or t not in MACHINE_TABLES}
     for table in raw:
         if table not in secs:
             raise ConfigError(_unknown_msg(None, table, list(secs) + [PRESET_TABLE]), path=where)
     values: dict[str, dict[str, Any] | None] = {}
     sources: dict[str, dict[str, str]] = {}
+    ranges: dict[str, dict[str, tuple[Any, Any, str]]] = {}
     optional = optional_sections(root_cls)
     for table, cls in secs.items():
         if table not in raw and table in optional:
@@ -240,8 +267,7 @@ def _build(root_cls, raw, head, path: str, overrides) -> Preset:
         body = raw[table]
         flds = fields_of(cls)
         for key in body:
-            base = key[: -len(SOURCE_SUFFIX)] if key.endswith(SOURCE_SUFFIX) else key
-            if base not in flds:
+            if _param_name(key) not in flds:
                 raise ConfigError(_unknown_msg(table, key, list(flds)), path=where)
         values[table], sources[table] = {}, {}
         for key, f in flds.items():
@@ -254,15 +280,63 @@ def _build(root_cls, raw, head, path: str, overrides) -> Preset:
                     "or \"assumption: <why>\"", path=where)
             values[table][key] = _check_value(cls, f, body[key], f"[{table}] {key}", where)
             sources[table][key] = src.strip()
+            rng = _check_range(cls, f, body, values[table][key], table, key, where)
+            if rng is not None:
+                ranges.setdefault(table, {})[key] = rng
+    fixed = []
     for table, key, value, text in _parse_overrides(secs, overrides):
         if values[table] is None:
             raise ConfigError(f"--set {text}: table [{table}] is optional and this preset does not have it "
                               "(give the whole table in a preset file)", path=where)
         values[table][key] = value
         sources[table][key] = f"override: --set {text}"
+        if ranges.get(table, {}).pop(key, None) is not None:  # the user's value is not an assumption
+            fixed.append(f"{table}.{key}")
     root = root_cls(**{t: (None if values[t] is None else secs[t](**values[t])) for t in secs})
     return Preset(name=str(head.get("name", Path(path).stem if path else "")), path=path,
-                  description=str(head.get("description", "")), values=root, sources=sources)
+                  description=str(head.get("description", "")), values=root, sources=sources,
+                  ranges={t: r for t, r in ranges.items() if r}, fixed_by_set=tuple(sorted(set(fixed))))
+
+
+def _check_range(cls: type, f: dataclasses.Field, body: Mapping[str, Any], value: Any, table: str, key: str,
+                 where: str | None) -> tuple[Any, Any, str] | None:
+    """``key_range = [low, high]`` with its ``key_range_source``: (low, high, reason), or None without one.
+    Refused: not two numbers of the key's type, low > high, the value outside, an end outside the
+    key's valid range (:func:`value_range`)."""
+    label = f"[{table}] {key}{RANGE_SUFFIX}"
+    if key + RANGE_SUFFIX not in body:
+        if key + RANGE_SOURCE_SUFFIX in body:
+            raise ConfigError(f"[{table}] {key}{RANGE_SOURCE_SUFFIX} without {key}{RANGE_SUFFIX} = [low, high]",
+                              path=where)
+        return None
+    rng = body[key + RANGE_SUFFIX]
+    typ = field_type(cls, f)
+    if typ not in (int, float):
+        raise ConfigError(f"{label}: only numeric keys take a range ({key} is {_type_name(typ)})", path=where)
+    if not isinstance(rng, list) or len(rng) != 2:
+        raise ConfigError(f"{label}: expected [low, high] (a list of two numbers), got {_show_shape(rng)}",
+                          path=where)
+    low, high = (_check_value(cls, f, v, f"{label} {end}", where) for v, end in zip(rng, ("low", "high")))
+    if low > high:
+        raise ConfigError(f"{label}: low must not exceed high, got low {_show(low)} > high {_show(high)}",
+                          path=where)
+    if not low <= value <= high:
+        raise ConfigError(f"{label}: the value must lie inside [low, high], got {_show(value)} outside "
+                          f"[{low}, {high}]", path=where)
+    reason = body.get(key + RANGE_SOURCE_SUFFIX)
+    if reason is None:  # the reason is then part of the key's own source (docs/model.md)
+        reason = body.get(key + SOURCE_SUFFIX, "")
+    elif not isinstance(reason, str) or not reason.strip():
+        raise ConfigError(f"[{table}] {key}{RANGE_SOURCE_SUFFIX}: expected a non-empty string saying why these "
+                          f"two ends, got {_show(reason)}", path=where)
+    return low, high, str(reason).strip()
+
+
+def _show_shape(value: Any) -> str:
+    """What a malformed range is, by type and size (never its text)."""
+    if isinstance(value, list):
+        return f"a list of {len(value)} item(s)"
+    return _show(value)
 
 
 def _check_value(cls: type, f: dataclasses.Field, value: Any, label: str, where: str | None) -> Any:
@@ -340,13 +414,13 @@ def _parse_overrides(secs: dict[str, type], overrides) -> list[tuple[str, str, A
         dotted = str(dotted)
         shown = dotted if len(dotted) <= 60 else dotted[:57] + "..."
         if dotted.count(".") != 1:
-            raise ConfigError(f"--set {shown}: expected SECTION.KEY=VALUE (e.g. pcie.latency_ns=900)")
+            raise ConfigError("--set: expected SECTION.KEY=VALUE (e.g. pcie.latency_ns=900)")
         table, key = dotted.split(".")
         if table not in secs:
-            raise ConfigError(f"--set {shown}: " + _unknown_msg(None, table, list(secs)))
+            raise ConfigError("--set: " + _unknown_msg(None, table, list(secs)))
         flds = fields_of(secs[table])
         if key not in flds:
-            raise ConfigError(f"--set {shown}: " + _unknown_msg(table, key, list(flds)))
+            raise ConfigError("--set: " + _unknown_msg(table, key, list(flds)))
         f = flds[key]
         typ = field_type(secs[table], f)
         if isinstance(value, str):
@@ -384,7 +458,8 @@ def _parse_text(text: str, typ: type, label: str) -> Any:
 
 
 def _unknown_msg(table: str | None, key: str, known: list[str]) -> str:
-    what = f"[{table}] unknown key '{key}'" if table else f"unknown table [{key}]"
+    # the key itself is not repeated (it came from a file or a command line: docs/robustness.md)
+    what = f"[{table}] unknown key {shown(key)}" if table else f"unknown table {shown(key)}"
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'? units are part of the key name)" if close else ""
     return f"{what}{hint}; known {'keys' if table else 'tables'}: {', '.join(known)}"

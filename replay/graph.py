@@ -32,6 +32,8 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
+from typing import Sequence
+
 import numpy as np
 
 from fastrack_core.errors import GraphError
@@ -174,6 +176,56 @@ class Lanes:
             len(self.names),
         )
 
+    def extend(self, rank, type_, key, names: Sequence[str], servers, *, shared=None,
+               max_servers=None) -> tuple["Lanes", int]:
+        """A new Lanes with ``len(names)`` more lanes, in the order given (each argument a scalar
+        or one value per lane; ``shared`` defaults by type, ``max_servers`` to ``servers``);
+        returns it and the index of the first new lane. One copy of the arrays, whatever the
+        number of lanes added (adding them one by one with :meth:`add` copies them each time)."""
+        k = len(names)
+        if k == 0:
+            return self, len(self.names)
+
+        def col(v, dtype):
+            return np.broadcast_to(np.asarray(v, dtype), (k,)).astype(dtype)
+
+        srv = col(servers, np.int32)
+        top = srv.copy() if max_servers is None else col(max_servers, np.int32)
+        if (srv < 1).any():
+            raise GraphError(f"a lane needs at least one server, got {int(srv.min())}")
+        if (top < srv).any():
+            raise GraphError("a lane may not grow to fewer servers than it starts with")
+        typ = col(type_, np.int8)
+        if shared is None:
+            sh = ~np.isin(typ, np.array(sorted(int(t) for t in IN_ORDER_TYPES), np.int8))
+        else:
+            sh = col(shared, bool)
+        return (
+            Lanes(
+                rank=np.concatenate([self.rank, col(rank, np.int32)]),
+                type=np.concatenate([self.type, typ]),
+                key=np.concatenate([self.key, col(key, np.int64)]),
+                servers=np.concatenate([self.servers, srv]),
+                names=self.names + tuple(names),
+                shared=np.concatenate([self.shared, sh]),
+                max_servers=np.concatenate([self.max_servers, top]),
+            ),
+            len(self.names),
+        )
+
+    def find_many(self, ranks, type_: LaneType, key: int = 0) -> np.ndarray:
+        """:meth:`find` for every rank of ``ranks`` at once (int32, NO_LANE where missing; the
+        first such lane where a rank has several)."""
+        ranks = np.asarray(ranks, np.int64)
+        sel = np.flatnonzero((self.type == int(type_)) & (self.key == int(key)))
+        if sel.size == 0 or ranks.size == 0:
+            return np.full(ranks.shape, NO_LANE, np.int32)
+        lane_rank = self.rank[sel].astype(np.int64)
+        order = np.argsort(lane_rank, kind="stable")  # stable: the first lane of a rank wins, as in find
+        lane_rank, sel = lane_rank[order], sel[order]
+        pos = np.minimum(np.searchsorted(lane_rank, ranks), lane_rank.size - 1)
+        return np.where(lane_rank[pos] == ranks, sel[pos], NO_LANE).astype(np.int32)
+
     def with_max_servers(self, lane: int, max_servers: int) -> "Lanes":
         """A copy with lane ``lane`` allowed to grow to ``max_servers`` (at least its servers)."""
         top = self.max_servers.copy()
@@ -275,7 +327,9 @@ class OpGraph:
             return f"kind{code}"
 
     def node_label(self, i: int) -> str:
-        return f"op {int(self.op_id[i])} ({self.names[int(self.name[i])]}, rank {int(self.rank[i])})"
+        """A node for a message: its op id, kind and rank, never its name (names come from the
+        trace, and traces carry secrets: docs/robustness.md)."""
+        return f"op {int(self.op_id[i])} ({self.kind_label(self.kind[i])}, rank {int(self.rank[i])})"
 
     def validate(self) -> None:
         """Structural checks; raise GraphError naming the first offending node."""

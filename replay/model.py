@@ -293,27 +293,24 @@ class HardwareModel(abc.ABC):
     def add_lanes(self, graph: OpGraph) -> OpGraph:
         """A graph with this model's resource lanes for every rank (lanes that exist are kept)."""
         lanes = graph.lanes
-        changed = False
-        for r in np.unique(graph.rank).tolist():
-            for typ, short, servers in self.lane_specs():
-                if lanes.find(int(r), typ, 0) == NO_LANE:
-                    lanes, _ = lanes.add(int(r), typ, 0, f"rank{int(r)}/{short}", servers)
-                    changed = True
-        return graph.replace(lanes=lanes) if changed else graph
+        ranks = np.unique(graph.rank).astype(np.int64)
+        specs = self.lane_specs()
+        # missing[i, j]: rank i lacks the lane of spec j; added rank by rank, spec by spec (the
+        # lane order one add per lane would give), in one copy of the lane arrays
+        missing = np.stack([lanes.find_many(ranks, typ, 0) == NO_LANE for typ, _, _ in specs], axis=1) \
+            if specs else np.zeros((ranks.size, 0), bool)
+        ri, sj = np.nonzero(missing)
+        if ri.size == 0:
+            return graph
+        lanes, _ = lanes.extend(ranks[ri], [int(specs[j][0]) for j in sj.tolist()], 0,
+                                [f"rank{int(ranks[i])}/{specs[j][1]}" for i, j in zip(ri.tolist(), sj.tolist())],
+                                [int(specs[j][2]) for j in sj.tolist()])
+        return graph.replace(lanes=lanes)
 
     @staticmethod
     def lane_index(graph: OpGraph, ranks: Any, typ: LaneType) -> np.ndarray:
         """Lane index of resource lane ``typ`` for each rank in ``ranks`` (NO_LANE where missing)."""
-        ranks = np.asarray(ranks, dtype=np.int64)
-        lanes = graph.lanes
-        sel = np.flatnonzero((lanes.type == typ) & (lanes.key == 0))
-        if sel.size == 0 or ranks.size == 0:
-            return np.full(ranks.shape, NO_LANE, np.int32)
-        lane_rank = lanes.rank[sel].astype(np.int64)
-        order = np.argsort(lane_rank, kind="stable")
-        lane_rank, sel = lane_rank[order], sel[order]
-        pos = np.minimum(np.searchsorted(lane_rank, ranks), lane_rank.size - 1)
-        return np.where(lane_rank[pos] == ranks, sel[pos], NO_LANE).astype(np.int32)
+        return graph.lanes.find_many(ranks, typ, 0)
 
     def describe(self) -> list[tuple[str, str, Any, str]]:
         """(table, key, value, source) for every parameter, in declaration order."""

@@ -28,7 +28,7 @@ import functools
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from fastrack_core.errors import PluginError, shown
+from fastrack_core.errors import PluginError, closest, shown
 from fastrack_core.sniff import PARQUET_MAGIC, head, is_nsys_report
 
 MODELS_GROUP = "fastrack.models"
@@ -63,7 +63,7 @@ def load_entry(group: str, what: str, name: str) -> Any:
     eps = _entries(group)
     if name not in eps:
         known = ", ".join(sorted(eps)) or "(none installed)"
-        raise PluginError(f"unknown {what} {shown(name)}; installed {what}s: {known}")
+        raise PluginError(f"unknown {what} {shown(name)}{closest(name, eps)}; installed {what}s: {known}")
     try:
         return eps[name].load()
     except Exception as exc:  # a broken third-party plug-in: say which one

@@ -256,7 +256,30 @@ def _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, rank,
     for r, v in causal.per_rank_percentile(l_rank, l2s[li], 0.0).items():
         latency.setdefault(r, v)  # no launch-bound op: the smallest launch-to-start bounds it
         samples.setdefault(r, 0)
-    lag[li] = causal.lookup(latency, l_rank)
+    # applied after the call (replay.causal, "After the call"): the call's duration + the rank's
+    # after-call gap (percentile of start minus call end over the launch-bound ops)
+    # (edges from the first half of a split blocking call keep the start-based latency)
+    call = finish[src_e[li]] - start[src_e[li]]
+    l2e = l2s[li] - call
+    n = kind.shape[0]
+    prog_sync = np.flatnonzero((kinds_e == DepKind.PROGRAM) & (kind[dst_e] == OpKind.SYNC) & (kind[src_e] == OpKind.RUNTIME))
+    before = np.full(n, -1, np.int64)
+    before[dst_e[prog_sync]] = src_e[prog_sync]
+    launcher = np.full(n, -1, np.int64)
+    launcher[dst_e[li]] = src_e[li]
+    yi = np.flatnonzero(kinds_e == DepKind.SYNC)
+    h = before[dst_e[yi]]
+    half = np.zeros(n, bool)
+    half[h[(h >= 0) & (launcher[src_e[yi]] == h)]] = True
+    waited = half[src_e[li]]
+    ok = ~waited
+    after = causal.per_rank_percentile(l_rank[idle & ok], l2e[idle & ok], causal.LAUNCH_LATENCY_PERCENTILE)
+    for r, v in causal.per_rank_percentile(l_rank[ok], l2e[ok], 0.0).items():
+        after.setdefault(r, v)
+    blocking = causal.per_rank_percentile(l_rank[idle & waited], l2s[li][idle & waited],
+                                          causal.LAUNCH_LATENCY_PERCENTILE)
+    queued = causal.lookup(blocking, l_rank, causal.lookup(latency, l_rank)) if blocking else causal.lookup(latency, l_rank)
+    lag[li] = np.where(waited, np.where(idle, l2s[li], queued), np.maximum(0, call + causal.lookup(after, l_rank, 0)))
     # stream: measured back-to-back gaps kept, larger gaps replaced by the rank's typical gap
     si = np.flatnonzero(is_s)
     s_rank = rank[dst_e[si]].astype(np.int64)
@@ -288,7 +311,8 @@ def _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, rank,
     # only the launch itself; the rest of it was waiting for the stream
     _trim_blocking_halves(src_e, dst_e, kinds_e, dur, kind, rank, latency)
     # report what the recorded prerequisites do not explain
-    calib = causal.Calibration(launch_latency_ns=latency, launch_samples=samples, back_to_back_ns=typical)
+    calib = causal.Calibration(launch_latency_ns=latency, launch_samples=samples, back_to_back_ns=typical,
+                               launch_after_call_ns=after)
     has_pre = ready > _NONE
     gpu = has_pre & np.isin(kind, _GPU_KINDS) & ~grouped  # a group member waits for its peers
     hold = np.where(gpu, start - ready, 0)

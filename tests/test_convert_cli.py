@@ -43,7 +43,12 @@ def test_convert_real_trace(tmp_path):
     trace = read_trace(out)
     assert trace.num_ops == 29
     assert trace.metadata["source_format"] == "kineto-json"
-    assert trace.metadata["source_files"] == [TINY.name]
+    # the input's own names stay out by default (fastrack_core.provenance): position and type only
+    assert trace.metadata["source_files"] == ["input1.json.gz"]
+    assert trace.metadata["trace_name"] == "tiny"
+    kept = tmp_path / "kept.parquet"
+    assert run("convert", TINY, "-o", kept, "--keep-source-names").exit_code == 0
+    assert read_trace(kept).metadata["source_files"] == [TINY.name]
 
 
 def test_convert_directory_of_ranks_and_explicit_format(tmp_path):

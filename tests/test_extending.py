@@ -92,8 +92,12 @@ def _apply_repository_file(rel: str, code: str, tmp: Path, monkeypatch) -> None:
         assert model is not None, f"{rel}: no installed model has its presets in {path.parent}"
         copy = tmp / "presets" / model.name
         if not copy.exists():
+            from fastrack_core import machine
+
             shutil.copytree(model.presets_dir, copy)
             monkeypatch.setattr(model, "presets_dir", copy)
+            folders = tuple((n, copy if d.resolve() == path.parent.resolve() else d) for n, d in machine.preset_folders())
+            monkeypatch.setattr(machine, "preset_folders", lambda: folders)  # the capture's half reads it too
         (copy / path.name).write_text(code, encoding="utf-8")
         return
     assert path.suffix == ".py" and path.is_file(), f"{rel}: not a module of this repository"
@@ -139,8 +143,11 @@ def test_the_page_has_every_kind_of_example():
     files = [f for _, f, _ in blocks() if f]
     for part in ("protocols.py", "importers.py", "exporters.py"):
         assert f"{PACKAGE}/{part}" in files, part
-    assert any(f.startswith("models/") and f.endswith(".toml") for f in files)  # a preset's IO half
-    assert "tracegen/emulation/costmodel.py" in files  # its compute half
+    presets = [code for _, f, code in blocks() if f and f.startswith("models/") and f.endswith(".toml")]
+    assert presets  # a preset: one file for both halves (docs/machine.md)
+    from fastrack_core.machine import COMPUTE_TABLES
+
+    assert any(f"[{t}]" in code for code in presets for t in COMPUTE_TABLES)  # it shows the compute half
     groups = set()
     for _lang, f, code in blocks():
         if f == "pyproject.toml":

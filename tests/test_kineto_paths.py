@@ -66,7 +66,8 @@ def test_convert_writes_the_same_file_both_ways(monkeypatch, tmp_path):
     outs = []
     for limit in (jsonwhole.WHOLE_FILE_MAX_BYTES, 0):
         monkeypatch.setattr(kineto, "WHOLE_FILE_MAX_BYTES", limit)
-        out = tmp_path / f"out-{limit}.parquet"
+        out = tmp_path / f"out-{limit}" / "out.parquet"  # (one name: the trace is named after its output)
+        out.parent.mkdir()
         r = CliRunner().invoke(main, ["convert", str(src), "-o", str(out)])
         assert r.exit_code == 0, r.output
         outs.append(out)

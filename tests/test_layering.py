@@ -29,7 +29,8 @@ MODEL_DIR = ROOT / "models"
 FLOOR, ROOF = "fastrack_core", "fastrack"
 OURS = {FLOOR, ROOF, "tracegen", "replay"}
 # replay's wings, bottom first; "replay" is the plug-in surface (the modules at its top level)
-REPLAY_WINGS = ("replay", "replay.whatif", "replay.pipeline", "replay.protocols", "replay.exporters", "replay.frontend")
+REPLAY_WINGS = ("replay", "replay.whatif", "replay.pipeline", "replay.protocols", "replay.exporters", "replay.serve",
+                "replay.frontend")
 
 
 def _model_packages() -> set[str]:

@@ -40,11 +40,11 @@ def test_host_presets_differ_only_in_cpu_crypto():
 
 def test_preset_for_another_model_is_refused(tmp_path):
     msg = _err(tmp_path, SXM.read_text().replace('model = "h100"', 'model = "b200"'))
-    assert "[preset] model: this preset is for model 'b200', not 'h100'" in msg and "bad.toml" in msg
+    assert "[preset] model: this preset is for model (a str of 4 characters), not 'h100'" in msg and "bad.toml" in msg
     # also through extends: a variant of another model's preset
     (tmp_path / "other.toml").write_text(SXM.read_text().replace('model = "h100"', 'model = "b200"'))
     v = _write(tmp_path, '[preset]\nname = "v"\ndescription = ""\nextends = "other"\n', "v.toml")
-    with pytest.raises(ConfigError, match="is for model 'b200'"):
+    with pytest.raises(ConfigError, match=r"is for model \(a str of 4 characters\)"):
         H100Model.from_preset(str(v))
 
 
@@ -103,7 +103,7 @@ def _err(tmp_path, text: str) -> str:
 
 def test_typo_key_names_key_table_and_known_keys(tmp_path):
     msg = _err(tmp_path, SXM.read_text().replace("latency_ns = 1000", "latency_us = 1"))
-    assert "[pcie] unknown key 'latency_us'" in msg
+    assert "[pcie] unknown key (a str of 10 characters)" in msg
     assert "did you mean 'latency_ns'" in msg
     assert "h2d_bandwidth_gb_s, d2h_bandwidth_gb_s, latency_ns" in msg
 
@@ -134,9 +134,9 @@ def test_out_of_range_and_choices(tmp_path):
 
 def test_unknown_table_and_missing_preset_table(tmp_path):
     msg = _err(tmp_path, SXM.read_text() + "\n[nvlink]\nbandwidth_gb_s = 1\n")
-    assert "unknown table [nvlink]" in msg and "known tables: gpu, pcie" in msg
+    assert "unknown table (a str of 6 characters)" in msg and "known tables: gpu, pcie" in msg
     msg = _err(tmp_path, SXM.read_text().replace("[preset]", "[meta]"))
-    assert "unknown table [meta]" in msg or "missing table [preset]" in msg
+    assert "unknown table (a str of 4 characters)" in msg or "missing table [preset]" in msg
 
 
 def test_not_toml(tmp_path):
@@ -145,8 +145,8 @@ def test_not_toml(tmp_path):
 
 
 def test_unknown_preset_name_lists_available():
-    with pytest.raises(ConfigError, match=r"unknown preset 'h200'; available presets: .*h100-pcie, h100-sxm"):
-        H100Model.from_preset("h200")
+    with pytest.raises(ConfigError, match=r"unknown preset 'a100'; available presets: .*h100-pcie, h100-sxm"):
+        H100Model.from_preset("a100")
 
 
 def test_extends_cycle(tmp_path):
@@ -182,14 +182,14 @@ def test_set_overrides_with_type_checks():
 
 
 @pytest.mark.parametrize("text, expect", [
-    ("pcie.bandwidth_gb_s=32", r"\[pcie\] unknown key 'bandwidth_gb_s'.*known keys: h2d_bandwidth_gb_s"),
+    ("pcie.bandwidth_gb_s=32", r"\[pcie\] unknown key \(a str of 14 characters\).*known keys: h2d_bandwidth_gb_s"),
     ("pcie.latency_us=3", r"did you mean 'latency_ns'"),
     ("pcie.latency_ns=fast", r"--set pcie.latency_ns: expected an integer .*got str of 4 characters"),
     ("pcie.latency_ns=1.5", r"expected an integer"),
     ("bounce.slots=0", r"--set bounce.slots: must be >= 1, got int 0"),
     ("pcie.latency_ns", r"expected SECTION.KEY=VALUE"),
     ("latency_ns=3", r"expected SECTION.KEY=VALUE"),
-    ("nvlink.bandwidth_gb_s=3", r"unknown table \[nvlink\]"),
+    ("nvlink.bandwidth_gb_s=3", r"unknown table \(a str of 6 characters\)"),
     ("direct.h2d=maybe", r"expected one of 'all'"),
 ])
 def test_bad_set(text, expect):

@@ -55,10 +55,10 @@ def test_pool_gives_the_same_table(tmp_path, trace, fake):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--protocol", "nope"], "unknown protocol 'nope'"),
+    (["--protocol", "nope"], "unknown protocol (a str of 4 characters)"),
     (["--protocol", "fake-slow", "--factors", "0.5,,2"], "empty value"),
     (["--protocol", "fake-slow", "--factors", "1"], "not a useful factor"),
-    (["--protocol", "fake-slow", "--set", "pcie.nope=3"], "unknown parameter 'pcie.nope'"),
+    (["--protocol", "fake-slow", "--set", "pcie.nope=3"], "unknown parameter (a str of 9 characters)"),
     (["--protocol", "fake-slow", "--plot", "x.gif"], "unknown image format"),
 ])
 def test_bad_input(tmp_path, trace, fake, args, message):

@@ -40,7 +40,7 @@ from fastrack_core.outputs import check_input_path, check_output_path
 from fastrack_core.traceio import write_trace
 from tracegen.ranks import MAX_NPROC
 
-DEVICES = ("h100-sxm", "h100-pcie")
+DEFAULT_DEVICE = "h100-sxm"  # a preset of the machine description (docs/machine.md), as replay --preset
 HOST_TIME_MODES = ("script", "modelled", "measured")  # tracegen.emulation.hosttime.MODES
 DEFAULT_HOST_TIME = "script"  # tracegen.emulation.hosttime.DEFAULT_MODE
 
@@ -103,7 +103,7 @@ def recorder_table(rec) -> pa.Table:
     return assemble(rec)
 
 
-def capture_emulated(script, script_args=(), *, device: str = "h100-sxm", skip_steps: int = 0,
+def capture_emulated(script, script_args=(), *, device: str = DEFAULT_DEVICE, skip_steps: int = 0,
                      steps: int | None = None, name: str | None = None, host_time: str = DEFAULT_HOST_TIME,
                      gpu_speed: float = 1.0, copy_speed: float = 1.0,
                      host_speed: float = 1.0, real_clock: bool = False, window_from: str | None = None,
@@ -171,7 +171,7 @@ def _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, 
     from tracegen.emulation.costmodel import get_spec
     from tracegen.emulation.speed import speed_factors
 
-    spec = get_spec(device)
+    spec = get_spec(device)  # an unknown preset, or one without the compute half: ConfigError
     path = Path(script)
     if not path.is_file():
         raise CaptureError("no such script", path=str(path))
@@ -180,7 +180,7 @@ def _checked_emulation_inputs(script, device, host_time, gpu_speed, copy_speed, 
     return spec, path, speed_factors(gpu_speed, copy_speed, host_speed)
 
 
-def capture_distributed(script, script_args=(), *, nproc: int, device: str = "h100-sxm", skip_steps: int = 0,
+def capture_distributed(script, script_args=(), *, nproc: int, device: str = DEFAULT_DEVICE, skip_steps: int = 0,
                         steps: int | None = None, name: str | None = None, host_time: str = DEFAULT_HOST_TIME,
                         gpu_speed: float = 1.0, copy_speed: float = 1.0,
                         host_speed: float = 1.0) -> tuple[pa.Table, dict[str, Any]]:
@@ -284,7 +284,7 @@ def capture_metadata(path: Path, name, *, emulated: bool, device_model, gpu_mode
     }
 
 
-def capture(script, script_args=(), *, emulate: bool | None = None, device: str = "h100-sxm", skip_steps: int = 0,
+def capture(script, script_args=(), *, emulate: bool | None = None, device: str = DEFAULT_DEVICE, skip_steps: int = 0,
             steps: int | None = None, name: str | None = None, host_time: str = DEFAULT_HOST_TIME,
             gpu_speed: float = 1.0, copy_speed: float = 1.0,
             host_speed: float = 1.0, nproc: int | None = None,
@@ -340,8 +340,11 @@ def capture(script, script_args=(), *, emulate: bool | None = None, device: str 
 @click.option("--skip-steps", type=click.IntRange(min=0), default=0, show_default=True,
               help="warm-up steps to drop")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="steps to keep [all]")
-@click.option("--device", type=click.Choice(DEVICES), default="h100-sxm", show_default=True,
-              help="GPU model the emulation prices ops for")
+@click.option("--device", default=DEFAULT_DEVICE, show_default=True, metavar="PRESET",
+              shell_complete=lambda _ctx, _param, text: [n for n in _device_names() if n.startswith(text)],
+              help="the machine the emulation prices ops for: a preset name as replay --preset takes "
+                   "(h100-sxm, h100-pcie, h100-nvl, h200, ...: `replay list presets`) or a path to a "
+                   "preset .toml with the compute half (docs/machine.md)")
 @click.option("--emulate/--no-emulate", default=None,
               help="emulate the GPU (default when torch.cuda.is_available() is False) or profile the real one")
 @click.option("--host-time", type=click.Choice(HOST_TIME_MODES), default=DEFAULT_HOST_TIME, show_default=True,
@@ -407,6 +410,12 @@ def command(script, script_args, output, overwrite, name, skip_steps, steps, dev
         coll = sum(k == "collective" for k in kinds)
         how += f", {nproc} ranks, {coll} collective ops"
     click.echo(f"wrote {out}: {table.num_rows} ops ({gpu} on the GPU, busy {busy / 1e6:.3f} ms), {how}")
+
+
+def _device_names() -> list[str]:
+    from tracegen.emulation.costmodel import device_names
+
+    return device_names()
 
 
 def _own_option_names() -> set[str]:

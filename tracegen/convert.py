@@ -51,14 +51,18 @@ def detect_format(path: str) -> str:
 
 
 def convert(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, fmt: str = "auto",
-            stage: Callable[[str], None] | None = None) -> ConvertResult:
+            stage: Callable[[str], None] | None = None, keep_source_names: bool = False) -> ConvertResult:
     """Import ``inputs`` and write ``output``. Raises FastrackError subclasses on bad input.
-    ``stage(name)`` is called as each stage starts (read, dependencies, write): progress bars."""
+    ``stage(name)`` is called as each stage starts (read, dependencies, write): progress bars.
+    ``keep_source_names``: keep the input's file names and reported GPU name in the metadata
+    (default: replaced, :func:`fastrack_core.provenance.scrub`)."""
+    from fastrack_core.provenance import scrub
     from fastrack_core.traceio import distinct_values, write_trace
 
     t0 = time.perf_counter()
     stage = stage or (lambda _name: None)
     table, metadata, num_events = import_table(inputs, fmt, stage)
+    metadata = scrub(metadata, output, keep_source_names)
     stage("write")
     path = write_trace(output, table, metadata)
     ranks = len(distinct_values(table.column("rank")))  # (Arrow buffers: no pyarrow.compute import)
@@ -85,9 +89,12 @@ def import_table(inputs: Sequence[str | os.PathLike], fmt: str = AUTO,
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--progress/--no-progress", default=None,
               help="Stage progress bar on stderr (default: when stderr is a terminal; never with -q).")
+@click.option("--keep-source-names", is_flag=True,
+              help="Keep the input files' names and the GPU name the profiler reported in the trace (default: the "
+                   "trace is named after OUTPUT, inputs by position and type, the GPU by its product name).")
 @reports_errors
 def command(inputs: tuple[str, ...], output: str, fmt: str, overwrite: bool, as_json: bool,
-            progress: bool | None) -> None:
+            progress: bool | None, keep_source_names: bool) -> None:
     """Convert profiler trace(s) INPUT... into one Fastrack Parquet trace.
 
     Several Kineto files (or a directory of them) become one multi-rank trace.
@@ -98,7 +105,7 @@ def command(inputs: tuple[str, ...], output: str, fmt: str, overwrite: bool, as_
     from fastrack_core.cli_support import stages
 
     with stages(["read", "dependencies", "write"], "convert", progress) as stage:
-        result = convert(list(inputs), output, fmt, stage=stage)
+        result = convert(list(inputs), output, fmt, stage=stage, keep_source_names=keep_source_names)
     if as_json:
         import json
 

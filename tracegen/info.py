@@ -185,7 +185,7 @@ def render(info: dict[str, Any]) -> str:
             rows.append([d, "all", str(c["count"]), str(c["bytes"]), format_bytes(c["bytes"])])
             for mem, m in c["by_host_mem"].items():
                 rows.append(["", mem, str(m["count"]), str(m["bytes"]), format_bytes(m["bytes"])])
-        out += _table(rows, ["direction", "host memory", "copies", "bytes", ""], {2, 3, 4})
+        out += _table(rows, ["direction", "host memory", "copies", "bytes", "size"], {2, 3, 4})
     else:
         out.append("  none")
 

@@ -39,7 +39,7 @@ def main() -> None:
     os.chdir(ROOT)
     for args in RUNS:
         print("replay " + " ".join(args), file=sys.stderr)
-        r = CliRunner().invoke(replay_main, args, catch_exceptions=False)
+        r = CliRunner().invoke(replay_main, [*args, "--overwrite"], catch_exceptions=False)  # (the checkout ships them)
         print(r.output)
         if r.exit_code:
             sys.exit(r.exit_code)

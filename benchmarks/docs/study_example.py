@@ -1,12 +1,14 @@
 #!/usr/bin/env python
 """Regenerate the worked study of docs/studies.md: its table and docs/img/study_example.png.
 
-    python benchmarks/docs/study_example.py [--executor dask://HOST:PORT]
+    python benchmarks/docs/study_example.py --overwrite [--executor dask://HOST:PORT]
 
 Runs ``replay sweep --study docs/studies/pcie_x_crypto.toml`` (PCIe bandwidth x CPU AES-GCM
 throughput per core x protocol on the shipped Llama traces and a transfer-heavy synthetic trace) into
 ``benchmarks/out/study_example.parquet`` (replaced: ``--overwrite``), then
-``replay plot`` (slowdown against CPU crypto throughput, one panel per trace), and prints the
+``replay plot`` (slowdown against CPU crypto throughput, one panel per trace) into
+docs/img/study_example.png (which the checkout ships: ``--overwrite`` replaces it; without it the
+script stops before any work, exit 2), and prints the
 Markdown table pasted into docs/studies.md. The synthetic trace (``tracegen synth random --ops
 20000 --seed 0``) is generated into ``benchmarks/out/`` when missing; when the shipped traces are
 missing the study runs on the synthetic trace alone and says so.
@@ -40,7 +42,11 @@ def _invoke(main, args: list[str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--executor", default="local")
+    ap.add_argument("--overwrite", action="store_true", help=f"replace {FIG.relative_to(ROOT)} (the checkout ships it)")
     args = ap.parse_args()
+    if FIG.exists() and not args.overwrite:
+        print(f"error: {FIG.relative_to(ROOT)} exists; pass --overwrite to regenerate it", file=sys.stderr)
+        sys.exit(2)
     from replay.frontend.cli import main as replay_main
     from replay.names import NONE
     from tracegen.cli import main as tracegen_main
@@ -58,7 +64,8 @@ def main() -> None:
     _invoke(replay_main, ["sweep", *traces, "--study", str(STUDY), "-o", str(OUT), "--overwrite",
                           "--executor", args.executor])
     _invoke(replay_main, ["plot", str(OUT), "--x", CRYPTO, "--y", "slowdown", "--hue", "protocol",
-                          "--facet", "trace", "--title", "slowdown vs no TEE (h100-sxm)", "-o", str(FIG)])
+                          "--facet", "trace", "--title", "slowdown vs no TEE (h100-sxm)", "-o", str(FIG),
+                          *(["--overwrite"] if args.overwrite else [])])
     df = pd.read_parquet(OUT)
     df["trace"] = df["trace"].map(lambda t: Path(t).name)
     tab = df.pivot_table(index=["trace", PCIE, CRYPTO], columns="protocol", values="slowdown").reset_index()

@@ -64,6 +64,7 @@ class Case:
     dirs: list[str] = field(default_factory=list)
     fifos: list[str] = field(default_factory=list)
     secret_may_appear: bool = False  # the secret was planted where a tool may legitimately copy it
+    expect: str = ""  # "refuse": must exit 2; "warn": must exit 0 with a ``warning:`` line; "accept": must exit 0
 
 
 # --------------------------------------------------------------------------------------- corpus
@@ -515,13 +516,185 @@ def gen_cli(rng, corpus, i):
     return case
 
 
-GENERATORS = [(gen_kineto, 0.22), (gen_bytes, 0.13), (gen_parquet, 0.22), (gen_sqlite, 0.08), (gen_preset, 0.1),
-              (gen_study, 0.07), (gen_cli, 0.18)]
+# ------------------------------------------------------------- structural bombs, every reader
+
+
+def _gz_members(*parts: tuple[bytes, int]) -> bytes:
+    """A multi-member gzip stream, each (block, times) compressed once and repeated: a few MB on
+    disk that decompress to hundreds of MB or GiB."""
+    return b"".join(gzip.compress(block, compresslevel=9, mtime=0) * times for block, times in parts)
+
+
+def _et_file(nodes) -> bytes:
+    from fastrack_core.chakra import GlobalMetadata, write_et
+
+    buf = io.BytesIO()
+    write_et(buf, GlobalMetadata(version="0.0.4"), nodes)
+    return buf.getvalue()
+
+
+def _comp(i, deps=(), dur=5):
+    from fastrack_core.chakra import Node, NodeType
+
+    return Node(id=i, name=f"k{i} {SECRET}", type=NodeType.COMP_NODE, data_deps=list(deps), duration_micros=dur)
+
+
+_RT_EVENT = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "tid": 1, "ts": 0, "dur": 1,
+             "args": {"correlation": 1, "HF_TOKEN": SECRET}}
+_K_EVENT = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"correlation": 1}}
+
+
+def gen_bomb(rng, corpus, i):
+    """Inputs small on disk whose structure multiplies memory or work in a naive reader (issue 27):
+    each must end in one line naming a limit, or be read in bounded work."""
+    from fastrack_core.chakra import Node, NodeType
+    from fastrack_core.schema import MAX_DECOMPRESSED_BYTES, MAX_DEPS_PER_NODE, MAX_NAME_CHARS
+    from tracegen.importers.jsonwhole import WHOLE_FILE_MAX_BYTES
+
+    kind = rng.choice(["kineto-space", "kineto-name", "kineto-long-name", "kineto-wide-int", "chakra-layers",
+                       "chakra-chain", "chakra-fan-in", "chakra-gzip", "chakra-no-durations", "et-gzip", "nsys-name"])
+    mib = 1 << 20
+    if kind in ("kineto-space", "kineto-name"):
+        head = b'{"traceEvents":[' + json.dumps(_RT_EVENT).encode() + (b"," if kind == "kineto-space" else b',{"name":"')
+        tail = json.dumps(_K_EVENT).encode() + b"]}" if kind == "kineto-space" else (
+            b'","ph":"X","cat":"kernel","pid":0,"tid":7,"ts":1,"dur":2,"args":{"correlation":1}}]}')
+        fill = (b" \n\t" if kind == "kineto-space" else b"ab") * (mib // 2)
+        # (beyond the whole-file reader's 64 MiB, which holds a document at once and so is bounded
+        # already: the streaming readers must refuse it within MAX_EVENT_BYTES)
+        times = rng.randint(WHOLE_FILE_MAX_BYTES // mib + 2, 8 * (WHOLE_FILE_MAX_BYTES // mib))
+        data = _gz_members((head, 1), (fill[:mib], times), (tail, 1))
+        return Case(i, "bomb-" + kind, "tracegen", ["convert", "in.json.gz", "-o", "out.parquet"], {"in.json.gz": data},
+                    expect="refuse")
+    if kind == "kineto-long-name":
+        doc = {"traceEvents": [_RT_EVENT, dict(_K_EVENT, name="n" * (MAX_NAME_CHARS + rng.randint(1, 1000)))]}
+        return Case(i, "bomb-" + kind, "tracegen", ["convert", "in.json", "-o", "out.parquet"],
+                    {"in.json": json.dumps(doc).encode()}, expect="refuse")
+    if kind == "kineto-wide-int":
+        big = str(rng.choice([2**64, 2**70 + 3, 10**40]))
+        doc = json.dumps({"traceEvents": [_RT_EVENT, dict(_K_EVENT, args={"correlation": 1, "hive_id": 7})]})
+        doc = doc.replace('"hive_id": 7', f'"hive_id": {big}')
+        if rng.random() < 0.5:
+            doc = doc[:-1] + f', "hive": {big}}}'
+        return Case(i, "bomb-" + kind, "tracegen", ["convert", "in.json", "-o", "out.parquet"], {"in.json": doc.encode()},
+                    expect="accept")
+    if kind == "chakra-layers":  # 2^layers paths through no-work nodes, one distinct end
+        width, layers = rng.randint(2, 4), rng.randint(20, 64)
+        nodes, prev, nid = [_comp(0)], [0], 1
+        for _ in range(layers):
+            layer = list(range(nid, nid + width))
+            nodes += [Node(id=k, type=NodeType.METADATA_NODE, data_deps=list(prev)) for k in layer]
+            prev, nid = layer, nid + width
+        nodes.append(_comp(nid, prev))
+        return Case(i, "bomb-" + kind, "tracegen", ["convert", "in.0.et", "-o", "out.parquet"],
+                    {"in.0.et": _et_file(nodes)}, expect="accept")
+    if kind == "chakra-chain":  # recursion depth in a naive bridge
+        n = rng.randint(2_000, 30_000)
+        nodes = [_comp(0)] + [Node(id=k, type=NodeType.METADATA_NODE, data_deps=[k - 1]) for k in range(1, n + 1)]
+        nodes.append(_comp(n + 1, [n]))
+        return Case(i, "bomb-" + kind, "tracegen", ["convert", "in.0.et", "-o", "out.parquet"],
+                    {"in.0.et": _et_file(nodes)}, expect="accept")
+    if kind == "chakra-fan-in":
+        n = MAX_DEPS_PER_NODE + rng.randint(1, 100)
+        nodes = [_comp(k) for k in range(n)] + [_comp(n, range(n))]
+        return Case(i, "bomb-" + kind, "tracegen", ["convert", "in.0.et", "-o", "out.parquet"],
+                    {"in.0.et": _et_file(nodes)}, expect="refuse")
+    if kind == "chakra-gzip":
+        body = gzip.compress(_et_file([_comp(0)]))
+        times = MAX_DECOMPRESSED_BYTES // mib + rng.randint(1, 64)
+        return Case(i, "bomb-" + kind, "tracegen", ["convert", "in.0.et.gz", "-o", "out.parquet"],
+                    {"in.0.et.gz": body + _gz_members((bytes(mib), times))}, expect="refuse")
+    if kind == "chakra-no-durations":
+        nodes = [_comp(0, dur=0), _comp(1, [0], dur=0)]
+        return Case(i, "bomb-" + kind, "tracegen", ["convert", "in.0.et", "-o", "out.parquet"],
+                    {"in.0.et": _et_file(nodes)}, expect="refuse")
+    if kind == "et-gzip":
+        from tracegen.importers.pytorch_et import MAX_ET_JSON_BYTES
+
+        head = json.dumps({"schema": "1.0.1", "pid": 1, "nodes": []}).encode()[:-2]
+        data = _gz_members((head, 1), (b" " * mib, MAX_ET_JSON_BYTES // mib + rng.randint(1, 16)), (b"]}", 1))
+        kin = json.dumps({"traceEvents": [_RT_EVENT, _K_EVENT]}).encode()
+        return Case(i, "bomb-" + kind, "tracegen", ["convert", "et.json.gz", "k.json", "-o", "out.parquet"],
+                    {"et.json.gz": data, "k.json": kin}, expect="refuse")
+    # nsys-name: a kernel name beyond the limit (issue 27: 300 MiB accepted and stored)
+    import sqlite3
+
+    path = corpus.work / f"bomb-{rng.getrandbits(64):016x}.sqlite"
+    path.write_bytes(corpus.nsys)
+    try:
+        db = sqlite3.connect(path)
+        db.execute("UPDATE StringIds SET value = ? WHERE value LIKE 'gemm%'", ("g" * (MAX_NAME_CHARS + 1),))
+        db.commit()
+        db.close()
+        data = path.read_bytes()
+    finally:
+        path.unlink(missing_ok=True)
+    return Case(i, "bomb-" + kind, "tracegen", ["convert", "in.sqlite", "-o", "out.parquet"], {"in.sqlite": data},
+                expect="refuse")
+
+
+# ------------------------------------------------------------- traces that contradict themselves
+
+
+def gen_contradiction(rng, corpus, i):
+    """A consistent multi-rank trace (tests/test_consistency.py's builder) with one contradiction:
+    refused with one line, or replayed with one warning, under every protocol (never silently)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from test_consistency import _copies, multi_rank
+        from tracefactory import table
+    finally:
+        sys.path.pop(0)
+    from fastrack_core.traceio import write_trace
+
+    ranks, colls = rng.randint(2, 8), rng.randint(1, 4)
+    r, c = rng.randrange(ranks), rng.randrange(colls)
+    kind = rng.choice(["bytes", "type", "group", "seq", "dropped", "collapsed", "early", "no-direction", "p2p-alone"])
+    expect, meta = "refuse", {}
+    if kind == "bytes":
+        ops = multi_rank(ranks, colls, change={(r, c): {"coll_bytes": rng.choice([1 << 44, 1, 3 << 20]),
+                                                        "bytes": 1 << 30}})
+    elif kind == "type":
+        ops = multi_rank(ranks, colls, change={(r, c): {"coll_type": rng.choice(["all_gather", "broadcast", "nope"])}})
+    elif kind == "group":
+        ops = multi_rank(ranks, colls, change={(r, c): {"coll_group": rng.choice(["1", SECRET, ""])}})
+    elif kind == "seq":
+        ops = multi_rank(ranks, colls, change={(r, c): {"coll_seq": colls + rng.randint(0, 5)}})
+    elif kind == "dropped":  # (the rank keeps another collective: with none, it is simply not in the trace)
+        ops = multi_rank(ranks, max(colls, 2), drop=(r, c))
+    elif kind == "collapsed":
+        ops = multi_rank(ranks, colls)
+        for o in ops:
+            o["rank"] = 0
+    elif kind == "early":
+        ops = multi_rank(ranks, colls, kernel_at={(r, c): 100_000 + 10_000 * c - rng.randint(2_000, 100_000)})
+        expect = "warn"
+    elif kind == "no-direction":
+        ops, expect = _copies(None), "warn"
+    else:
+        ops = _copies("P2P")
+    path = corpus.work / f"contra-{rng.getrandbits(64):016x}.parquet"
+    try:
+        write_trace(path, table(ops), {"source_format": "synthetic", **meta})
+        data = path.read_bytes()
+    finally:
+        path.unlink(missing_ok=True)
+    argv = ["--protocol", rng.choice(PROTOCOLS), "t.parquet", "--json"]
+    if rng.random() < 0.2:
+        argv = ["compare", "t.parquet", "--protocols", "none,baseline", "--json"]
+    return Case(i, "contradiction-" + kind, "replay", argv, {"t.parquet": data}, expect=expect)
+
+
+GENERATORS = [(gen_kineto, 0.19), (gen_bytes, 0.11), (gen_parquet, 0.19), (gen_sqlite, 0.07), (gen_preset, 0.08),
+              (gen_study, 0.06), (gen_cli, 0.16), (gen_bomb, 0.07), (gen_contradiction, 0.07)]
+
+
+ONLY_GENERATORS: set[str] = set()  # --generators: draw only from these (names without gen_)
 
 
 def make_case(seed: int, i: int, corpus: Corpus) -> Case:
     rng = random.Random(f"{seed}:{i}")
-    gens, weights = zip(*GENERATORS)
+    chosen = [(g, w) for g, w in GENERATORS if not ONLY_GENERATORS or g.__name__[len("gen_"):] in ONLY_GENERATORS]
+    gens, weights = zip(*chosen)
     return rng.choices(gens, weights)[0](rng, corpus, i)
 
 
@@ -615,6 +788,15 @@ def judge(case: Case, d: Path, rc: int | None, maxrss_mb: float, seconds: float,
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     if rc == 2 and (len(lines) != 1 or not lines[0].startswith("error: ")):
         problems.append(f"{len(lines)}-line error")
+    warned = [ln for ln in lines if ln.startswith("warning: ")]
+    if case.expect == "refuse" and rc == 0:
+        problems.append("accepted an input it must refuse")
+    elif case.expect == "warn" and (rc != 0 or not warned):
+        problems.append("no warning on a damaged trace" if rc == 0 else "refused an input it must replay with a warning")
+    elif case.expect == "accept" and rc == 2:
+        problems.append("refused a valid input")
+    if case.expect == "warn" and rc == 0 and len(lines) != len(warned):
+        problems.append("stderr holds more than the warning lines")
     if not case.secret_may_appear and (SECRET in stdout or SECRET in stderr):
         problems.append("secret echoed")
     if maxrss_mb > mem_mb:
@@ -754,12 +936,18 @@ def main(argv=None) -> int:
     ap.add_argument("--mem-mb", type=int, default=2048, help="peak resident memory a case may use")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="wall time a case may take")
     ap.add_argument("--only", type=int, action="append", help="run only case I (repeatable)")
+    ap.add_argument("--generators", help="comma-separated generators to draw from (e.g. bomb,contradiction)")
     ap.add_argument("--save", type=Path, help="copy the files of failing cases here")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args(argv)
     if args.cases < 1 or args.jobs < 1 or args.mem_mb < 64 or not 0 < args.timeout_s <= 3600:
         ap.error("--cases, --jobs >= 1; --mem-mb >= 64; 0 < --timeout-s <= 3600")
+    if args.generators:
+        names = {g.__name__[len("gen_"):] for g, _ in GENERATORS}
+        ONLY_GENERATORS.update(n.strip() for n in args.generators.split(","))
+        if not ONLY_GENERATORS <= names:
+            ap.error(f"--generators: known generators are {', '.join(sorted(names))}")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fastrack-fuzz-") as tmp:
         base = Path(tmp)

@@ -79,7 +79,12 @@ GEM5_PARAM_MAP: dict[str, dict[str, tuple[str, str, str]]] = {
         "copy_ns": ("submit", "copy", "ns"),
         "memset_ns": ("submit", "memset", "ns"),
         "collective_ns": ("submit", "collective", "ns"),
+        # the driver path's other push stages: cpu_encrypt nodes (priced by their bytes like any CPU
+        # AES-GCM), the crossing toll and the completion wait (p2p_sync nodes the core replays as given)
+        **{k: ("-", "-", "graph") for k in ("segment_bytes", "wlc_push_bytes", "semaphore_bytes", "crossing_ns",
+                                            "copy_blocks_host")},
     },
+    "tee": {k: ("-", "-", "graph") for k in ("host_work_ratio", "exit_ns", "exits_per_push", "exits_per_wait")},
     # the pool's growth and maximum shape the graph (its lanes' max_servers) and the core's engine
     # serves them; gem5's pool object only addresses the initial slots
     "bounce": {"slot_bytes": ("bounce_pool", "slot_size", "bytes"), "slots": ("bounce_pool", "slots", "count"),
@@ -90,10 +95,17 @@ GEM5_PARAM_MAP: dict[str, dict[str, tuple[str, str, str]]] = {
         "internode_gb_s", "internode_latency_ns", "allreduce")},
     "keys": {k: ("-", "-", "graph") for k in ("usage_limit", "ivs_per_key", "rotation_stall_ns")},
     "p2p": {k: ("-", "-", "graph") for k in ("chunk_bytes", "meta_bytes_per_page", "sync_ns")},
+    # TEE-IO and the features CC switches off (models/h100/teeio.py): priced into the exported graph
+    # (tee-io is not a gem5 protocol; NVLS sets collective durations), no SimObject of their own
+    "tee_io": {k: ("-", "-", "graph") for k in (
+        "tlp_payload_bytes", "tlp_overhead_bytes", "ide_prefix_bytes", "ide_mac_bytes", "ide_pcrc_bytes",
+        "ide_tlps_per_mac", "ide_latency_ns", "submit_ns", "nvlink_ratio", "nvlink_latency_ns", "multicast")},
+    "features": {k: ("-", "-", "graph") for k in ("nvls", "nvls_allreduce_gb_s", "nvls_latency_ns",
+                                                   "registered_pinned")},
 }
 
 # Tables a preset may omit (the emulated authentication kernel: H100Params.auth).
-OPTIONAL_TABLES = ("auth",)
+OPTIONAL_TABLES = ("auth", "tee_io", "features")
 
 # SimObject class, serving lane type and pricing table of each attribute of the replayer (run_gem5.py).
 # An object is exported only when the parameters have its table: an object without its prices would

@@ -15,7 +15,13 @@ Prices (integer ns, rounded up):
 * GPU authentication kernel: only with the optional ``[auth]`` table (Fastrack-paper emulation):
   ``op_overhead_ns + ceil(bytes / rate)`` with ``rate = serial_gb_s`` or
   ``parallel_gb_s_per_sm * sms``; 0 without it (the CE verifies the tag inside the copy);
-* CC command submission: one encrypted submission per host call, priced by the kind it submits.
+* CC command submission, the driver path of one push per host call (docs/model.md "The driver
+  path"): CPU AES-GCM of the pushbuffer segment and of the work-launch push
+  (``submit.segment_bytes``, ``submit.wlc_push_bytes``), the doorbell's VM exits (``[tee]``), the
+  work-launch round trip ``submit.<kind>_ns`` (priced by the most expensive kind the call submits);
+  per copy a fixed crossing cost ``submit.crossing_ns`` on its direction's secure channel and the
+  completion wait (CPU decryption of the ``submit.semaphore_bytes`` semaphore payload);
+* the CPU TEE: traced host work scaled by ``tee.host_work_ratio`` under the CC protocols.
 
 GPU-to-GPU (multi-GPU replays, docs/multi-gpu.md):
 
@@ -50,11 +56,12 @@ from replay.graph import NO_LANE, LaneType, OpGraph
 from replay.model import HardwareModel, NsArray, bytes_ns, ceil_div, direct_rule
 
 from .params import CRYPTO_PAGE_BYTES, H100Params
+from .teeio import TeeIoPrices  # TEE-IO and NVLS prices ([tee_io], [features]; models/h100/teeio.py)
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
 
-class H100Model(HardwareModel):
+class H100Model(TeeIoPrices, HardwareModel):
     """H100 with confidential computing: see the module docstring and docs/model.md."""
 
     name = "h100"
@@ -114,8 +121,10 @@ class H100Model(HardwareModel):
         rate = a.parallel_gb_s_per_sm * self.p.gpu.sms if parallel else a.serial_gb_s
         return np.int64(a.op_overhead_ns) + bytes_ns(nbytes, rate)
 
-    # ---- command submission
-    def submit_ns(self, kind: Any) -> NsArray:
+    # ---- command submission: the driver path of one push (docs/model.md "The driver path")
+    def push_round_trip_ns(self, kind: Any) -> NsArray:
+        """Work-launch round trip of one push per :class:`OpKind` code (``submit.<kind>_ns``; 0 for
+        kinds that submit nothing): the host waits for it, and no op of the push starts before it."""
         s = self.p.submit
         lut = np.zeros(max(int(k) for k in OpKind) + 1, np.int64)
         lut[OpKind.KERNEL] = s.kernel_ns
@@ -125,6 +134,54 @@ class H100Model(HardwareModel):
         k = np.asarray(kind, dtype=np.int64)
         inside = (k >= 0) & (k < lut.size)
         return np.where(inside, lut[np.clip(k, 0, lut.size - 1)], 0).astype(np.int64)
+
+    @property
+    def push_segment_bytes(self) -> int:
+        """Bytes of one push's pushbuffer segment, which the CPU encrypts (``submit.segment_bytes``)."""
+        return int(self.p.submit.segment_bytes)
+
+    @property
+    def wlc_push_bytes(self) -> int:
+        """Bytes of the work-launch push that carries a push to the GPU (``submit.wlc_push_bytes``)."""
+        return int(self.p.submit.wlc_push_bytes)
+
+    def crypto_call_ns(self, nbytes: int) -> int:
+        """One AES-GCM call of ``nbytes`` on the CPU (0 for 0 bytes: a stage the preset leaves out)."""
+        return int(np.asarray(self.cpu_encrypt_ns(int(nbytes))).item()) if nbytes > 0 else 0
+
+    def push_encrypt_ns(self) -> int:
+        """CPU encryption of one push: the segment and the work-launch push, one AES-GCM call each."""
+        return self.crypto_call_ns(self.push_segment_bytes) + self.crypto_call_ns(self.wlc_push_bytes)
+
+    def doorbell_exit_ns(self) -> int:
+        """VM exits of one push's doorbell write in the CPU TEE (``tee.exit_ns x tee.exits_per_push``)."""
+        return int(self.p.tee.exit_ns) * int(self.p.tee.exits_per_push)
+
+    def submit_ns(self, kind: Any) -> NsArray:
+        """Host time of one push of ``kind`` (0 for kinds that submit nothing): its CPU encryption, the
+        doorbell's VM exits and the work-launch round trip."""
+        rt = self.push_round_trip_ns(kind)
+        fixed = np.int64(self.push_encrypt_ns() + self.doorbell_exit_ns())
+        return np.where(rt > 0, rt + fixed, 0).astype(np.int64)
+
+    def completion_ns(self) -> int:
+        """The host's wait for a copy's completion once the GPU has released it: decrypt the encrypted
+        semaphore payload (one AES-GCM call) and the VM exits of the wait (``tee.exits_per_wait``)."""
+        dec = self.crypto_call_ns(int(self.p.submit.semaphore_bytes))  # decryption costs as encryption
+        return dec + int(self.p.tee.exit_ns) * int(self.p.tee.exits_per_wait)
+
+    def crossing_ns(self) -> int:
+        """Fixed cost of one host<->GPU copy call on its direction's secure channel (``submit.crossing_ns``)."""
+        return int(self.p.submit.crossing_ns)
+
+    def copy_blocks_host(self, direction: CopyDir) -> bool:
+        """Does a CC copy of ``direction`` block its calling thread until it completes?"""
+        return self.p.submit.copy_blocks_host == "all" or CopyDir(direction) == CopyDir.D2H
+
+    @property
+    def host_work_ratio(self) -> float:
+        """Multiplier on traced host work inside the CPU TEE (``tee.host_work_ratio``)."""
+        return float(self.p.tee.host_work_ratio)
 
     # ---- pool, threads, direct rule
     @property
@@ -210,11 +267,11 @@ class H100Model(HardwareModel):
     def add_lanes(self, graph: OpGraph) -> OpGraph:
         """The base lanes plus the D2H secure-copy channel lane (``GPU_CRYPTO`` key 1) of every rank."""
         graph = super().add_lanes(graph)
-        lanes = graph.lanes
-        changed = False
-        for r in np.unique(graph.rank).tolist():
-            if lanes.find(int(r), LaneType.GPU_CRYPTO, 1) == NO_LANE:
-                lanes, _ = lanes.add(int(r), LaneType.GPU_CRYPTO, 1, f"rank{int(r)}/ce_secure_d2h",
-                                     int(self.p.ce.secure_channels_per_direction))
-                changed = True
-        return graph.replace(lanes=lanes) if changed else graph
+        ranks = np.unique(graph.rank).astype(np.int64)
+        new = ranks[graph.lanes.find_many(ranks, LaneType.GPU_CRYPTO, 1) == NO_LANE]
+        if new.size == 0:
+            return graph
+        lanes, _ = graph.lanes.extend(new, int(LaneType.GPU_CRYPTO), 1,
+                                      [f"rank{int(r)}/ce_secure_d2h" for r in new.tolist()],
+                                      int(self.p.ce.secure_channels_per_direction))
+        return graph.replace(lanes=lanes)

@@ -69,14 +69,43 @@ class AuthParams:
 
 @dataclass(frozen=True)
 class SubmitParams:
-    """One encrypted submission (pushbuffer segment) per host submission call, priced by the most
-    expensive kind of GPU op it submits (a cudaGraphLaunch is one submission, whatever its size)."""
+    """One push (encrypted pushbuffer segment) per host submission call, as the UVM driver performs it
+    under CC (docs/model.md "The driver path"): the CPU encrypts the segment and the work-launch push,
+    rings the doorbell and waits for the work-launch round trip; a copy then waits for its encrypted
+    completion semaphore. The round trip is priced by the most expensive kind of GPU op the call submits
+    (a cudaGraphLaunch is one push, whatever its size)."""
 
-    kernel_ns: int = _f("CPU time to encrypt one submission that launches kernels under CC (also the GPU-side "
-                        "delay of each op it submits)", min=0)
-    copy_ns: int = _f("same for a submission that issues a copy", min=0)
-    memset_ns: int = _f("same for a submission that issues a memset", min=0)
-    collective_ns: int = _f("same for a submission that launches a collective kernel", min=0)
+    kernel_ns: int = _f("work-launch round trip of one push that launches kernels (doorbell -> the GPU "
+                        "decrypts the segment and writes its GPFIFO entry -> the CPU sees the launch "
+                        "semaphore): host wait, and the GPU-side delay of each op it submits", min=0)
+    copy_ns: int = _f("same for a push that issues a copy", min=0)
+    memset_ns: int = _f("same for a push that issues a memset", min=0)
+    collective_ns: int = _f("same for a push that launches a collective kernel", min=0)
+    segment_bytes: int = _f("bytes of the pushbuffer segment of one push, which the CPU encrypts (one AES-GCM "
+                            "call priced by [cpu_crypto]; 0: the stage is left out)", min=0, max=1 << 20)
+    wlc_push_bytes: int = _f("bytes of the work-launch-channel push that carries one push to the GPU, also "
+                             "CPU-encrypted (one AES-GCM call; 0: left out)", min=0, max=1 << 20)
+    semaphore_bytes: int = _f("bytes of the encrypted completion-semaphore payload the CPU decrypts when it "
+                              "waits for a push (one AES-GCM call; 0: left out)", min=0, max=1 << 20)
+    crossing_ns: int = _f("fixed cost of one host<->GPU data crossing (one H2D/D2H copy call) on the secure "
+                          "channel of its direction, before its data path (serialised per context)", min=0)
+    copy_blocks_host: str = _f("which CC copies block the calling thread until they complete: all (every "
+                               "H2D/D2H copy, non_blocking or not) | d2h (H2D copies return once encrypted)",
+                               choices=("all", "d2h"))
+
+
+@dataclass(frozen=True)
+class TeeParams:
+    """The CPU TEE (TDX / SEV-SNP guest) around the host program, applied under the CC protocols."""
+
+    host_work_ratio: float = _f("multiplier on the traced host work (CPU time between and inside CUDA calls) "
+                                "in a confidential VM: memory encryption and integrity on DRAM accesses",
+                                min=1.0, max=10.0)
+    exit_ns: int = _f("one VM exit round trip of the guest (guest -> TDX module / hypervisor -> guest)", min=0)
+    exits_per_push: int = _f("VM exits per push (the MMIO doorbell write), charged on the host and the launch",
+                             unit="count", min=0, max=64)
+    exits_per_wait: int = _f("VM exits per wait for a push's completion (an interrupt instead of polling)",
+                             unit="count", min=0, max=64)
 
 
 @dataclass(frozen=True)
@@ -131,6 +160,43 @@ class P2PParams:
 
 
 @dataclass(frozen=True)
+class TeeIoParams:
+    """Optional table: TEE-IO (TDISP with PCIe IDE link encryption, NVLink encryption between GPUs), the
+    ``tee-io`` protocol's prices (docs/protocols.md "TEE-IO"); prices in models/h100/teeio.py."""
+
+    tlp_payload_bytes: int = _f("data bytes per PCIe TLP of a DMA transfer (max payload size)", min=16, max=4096)
+    tlp_overhead_bytes: int = _f("per-TLP bytes already on the link without IDE (framing, sequence number, header, "
+                                 "LCRC): the achieved pcie bandwidth carries them", min=0, max=256)
+    ide_prefix_bytes: int = _f("bytes of the IDE TLP prefix each IDE TLP carries", min=0, max=256)
+    ide_mac_bytes: int = _f("bytes of one IDE MAC (AES-GCM tag) on the link", min=0, max=256)
+    ide_pcrc_bytes: int = _f("bytes of the optional plaintext CRC per IDE TLP (0: not enabled)", min=0, max=256)
+    ide_tlps_per_mac: int = _f("TLPs one MAC covers (IDE TLP aggregation: 1 = a MAC per TLP)", unit="count",
+                               min=1, max=8)
+    ide_latency_ns: int = _f("latency the IDE engines add to one DMA transfer (encrypt at the sender, decrypt "
+                             "and verify at the receiver), paid per transfer like pcie.latency_ns", min=0)
+    submit_ns: int = _f("CPU time of one work submission under TEE-IO beyond the no-TEE launch (the pushbuffer "
+                        "sits in private memory the GPU reads over IDE: no CPU encryption)", min=0)
+    nvlink_ratio: float = _f("share of the plaintext NVLink bandwidth left with NVLink encryption (NVLE)",
+                             exclusive_min=0, max=1.0)
+    nvlink_latency_ns: int = _f("latency NVLink encryption adds to one ring step", min=0)
+    multicast: bool = _f("NVLink multicast (NVLS all-reduce) stays available under TEE-IO")
+
+
+@dataclass(frozen=True)
+class FeaturesParams:
+    """Optional table: platform features that CC switches off (docs/protocols.md "Features CC switches
+    off"): what the no-TEE reference may use, and which of the trace's memory the CC protocols lose."""
+
+    nvls: bool = _f("the GPUs' NVSwitch supports multicast (NVLink SHARP): an all-reduce inside one node may run "
+                    "as NVLS without CC (only with topology.link = nvlink)")
+    nvls_allreduce_gb_s: float = _f("algorithm bandwidth of an NVLS all-reduce inside one node (bytes per rank / "
+                                    "time), GB/s", exclusive_min=0)
+    nvls_latency_ns: int = _f("fixed latency of one NVLS all-reduce", min=0)
+    registered_pinned: str = _f("which pinned copies of a trace use memory pinned with cudaHostRegister, which CC "
+                                "refuses (they fall back to pageable): none | all", choices=("none", "all"))
+
+
+@dataclass(frozen=True)
 class H100Params:
     gpu: GpuParams
     pcie: PcieParams
@@ -143,4 +209,7 @@ class H100Params:
     topology: TopologyParams
     keys: KeyParams
     p2p: P2PParams
+    tee: TeeParams
     auth: AuthParams | None = None  # optional table (Fastrack-paper emulation only)
+    tee_io: TeeIoParams | None = None  # optional table: the tee-io protocol's prices
+    features: FeaturesParams | None = None  # optional table: features CC switches off

@@ -23,6 +23,9 @@ COMMANDS = {
     "sensitivity": "replay.frontend.study.sensitivity:command",
     "plot": "replay.frontend.study.plot:command",
     "list": "replay.frontend.listing:command",
+    "calibrate": "replay.frontend.calibrate:command",
+    "explain": "replay.frontend.explain:command",
+    "serve": "replay.frontend.serve:command",
 }
 
 
@@ -82,8 +85,9 @@ def main() -> None:
 @model_options
 @json_option
 @click.option("--timeline", type=click.Path(dir_okay=False),
-              help="Write a timeline: Kineto-shaped Chrome-trace JSON (Perfetto, chrome://tracing, HTA; "
-                   "gzip when it ends in .gz) or Perfetto protobuf (.pftrace).")
+              help="Write a timeline: Kineto-shaped Chrome-trace JSON (Perfetto, chrome://tracing, HTA, "
+                   "TraceLens; gzip when it ends in .gz) or Perfetto protobuf (.pftrace); '{rank}' in the name "
+                   "writes one file per rank.")
 @click.option("--overwrite", is_flag=True, help="Replace the --timeline file if it exists (never the trace, "
                                                 "a link or a non-file).")
 @click.option("--reference/--no-reference", default=True, show_default=True,
@@ -91,21 +95,25 @@ def main() -> None:
 @data_parallel_options
 @scale_option
 @serving_option
+@click.option("--ranges/--no-ranges", default=False, show_default=True,
+              help="Also report the range of the result over the preset's assumption ranges (one-at-a-time ends "
+                   "and two corners: about 2 replays per ranged parameter the protocol reads; docs/model.md).")
 @reports_errors
 def run_command(trace, protocol, model, preset, overrides, as_json, timeline, overwrite, reference, data_parallel,
-                bucket_mb, scale, serving):
+                bucket_mb, scale, serving, ranges):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from fastrack_core.memory import release_free_memory
     from replay.frontend.report import setup_report
     from replay.pipeline.results import JSON_DIGITS, setup_metrics, slowdown
-    from replay.pipeline.run import load_graph, prepare, replay_prepared, replay_reference
+    from replay.pipeline.run import load_graph, prepare, replay_prepared
     from replay.pipeline.serving import format_serving, has_request_markers, overhead, require_markers, serving_metrics
     from replay.whatif.scale import parse_scales
 
     scales = parse_scales(scale)
     if timeline:  # refuse a bad target before any work (fastrack_core.outputs)
         from fastrack_core.outputs import check_input_path
-        from replay.exporters.timeline import check_timeline_target, timeline_facts, write_timeline
+        from replay.exporters.timeline import (check_rank_targets, check_timeline_target, graph_ranks,
+                                               is_rank_pattern, timeline_facts, write_timeline)
 
         check_input_path(trace)
         check_timeline_target(timeline, [trace], overwrite)
@@ -117,22 +125,34 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
         from replay.whatif.dataparallel import data_parallel_graph
 
         graph = data_parallel_graph(graph, data_parallel, bucket_mb, [protocol])
+    if timeline and is_rank_pattern(timeline):  # one file per rank: each checked once the ranks are known
+        rank_files = check_rank_targets(timeline, graph_ranks(graph), [trace], overwrite)
     # memory: the reference first, keeping only its figures; then the protocol's transform, after
     # which the trace graph is dropped before the schedule allocates (docs/performance.md)
     ref = None
     window = tr.metadata.get("window") if isinstance(tr.metadata.get("window"), dict) else None
     windowed = window is not None
     if protocol not in (CAPTURED, NONE) and reference:
-        ref = replay_reference(graph, model, preset, overrides, trace_ops=tr.num_ops, scales=scales, serving=serving,
-                               setup=True, windowed=windowed)
+        from replay.frontend.explain import reference_with_facts  # (the reference and the plain-words summary)
+
+        ref, cc_facts = reference_with_facts(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops,
+                                             scales=scales, serving=serving, setup=True, windowed=windowed)
         release_free_memory()  # (the reference's pages, before the protocol's transform allocates)
     prep = prepare(graph, protocol, model, preset, overrides, scales)
+    study = None
+    if ranges:  # (keeps the trace graph: every range point re-transforms it; replay/pipeline/ranges.py)
+        from replay.pipeline.ranges import RangeStudy
+
+        study = RangeStudy(graph, model, preset, overrides, scales, reference=ref is not None)
     del graph
     release_free_memory()  # (the trace graph's pages, before the schedule allocates)
     rep = replay_prepared(prep, trace_ops=tr.num_ops)
     del prep
     if timeline:
         write_timeline(timeline, rep.graph, rep.schedule, protocol, extra=timeline_facts(rep.result, tr))
+        if is_rank_pattern(timeline) and len(rank_files) == 1:
+            click.echo(f"note: the replay has one rank; {{rank}} gave one timeline, {next(iter(rank_files.values()))}",
+                       err=True)
     out = rep.result.to_dict()
     out["trace"] = str(trace)
     out["emulated"] = bool(tr.metadata.get("emulated", False))
@@ -141,14 +161,25 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
         out["serving"] = serving_metrics(rep.graph, rep.schedule)
     out["setup"] = setup_report(setup_metrics(rep.graph, rep.schedule, windowed), ref, rep.result.makespan_ns, window)
     if ref is not None:
+        from replay.frontend.explain import run_summary
+
+        out["cc"] = run_summary(cc_facts, rep, protocol, windowed)
         out["reference"] = {"protocol": NONE, "makespan_ns": ref.makespan_ns}
         out["slowdown_vs_none"] = slowdown(rep.result.makespan_ns, ref.makespan_ns, JSON_DIGITS)
         if serving and out["serving"]["complete_requests"]:
             out["serving"]["overhead_vs_none"] = overhead(out["serving"], ref.serving)
+    if study is not None:
+        out.update(study.protocol_range(protocol, rep.result.makespan_ns, None if ref is None else ref.makespan_ns,
+                                        rep.graph))
+        del study
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
     else:
         click.echo(format_summary(out))
+        if ranges:
+            from replay.pipeline.ranges import range_line
+
+            click.echo(range_line(protocol, out, out["makespan_ns"], out.get("slowdown_vs_none")))
         if serving:
             click.echo(format_serving(out["serving"], out["serving"].get("overhead_vs_none")))
 

@@ -9,7 +9,11 @@ a paper's column, colour-blind-safe colours, editable text, one way to save.
   dash pattern;
 * text stays text: ``svg.fonttype: none`` (SVG ``<text>`` elements) and ``pdf.fonttype: 42``
   (TrueType in PDF), so labels can be edited and searched;
-* :func:`save`: PNG (200 dpi), SVG or PDF by extension, written atomically.
+* :func:`save`: PNG (200 dpi), SVG or PDF by extension, written atomically and reproducibly: the
+  same figure gives the same bytes (no creation date in the SVG or PDF metadata, and a fixed
+  ``svg.hashsalt``, so SVG clip-path ids do not change from run to run);
+* :func:`text_overlaps`: the pairs of texts of a drawn figure whose boxes intersect (the figures
+  test asks for none); :func:`thin_ticks` drops tick labels that would overlap their neighbours.
 """
 
 from __future__ import annotations
@@ -56,7 +60,10 @@ RC = {
     "ps.fonttype": 42,
     "savefig.bbox": "tight",
     "savefig.pad_inches": 0.02,
+    "svg.hashsalt": "fastrack",  # deterministic ids (clip paths, glyphs) in SVG output
 }
+# metadata keys set to None are left out of the file: no creation date, so a figure is reproducible
+METADATA = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}
 
 
 def check_format(path: Any, option: str) -> str:
@@ -106,10 +113,86 @@ def save(fig, path: Any, fmt: str) -> None:
 
     try:
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=PNG_DPI)
+            fig.savefig(tmp, format=fmt, dpi=PNG_DPI, metadata=METADATA.get(fmt))
     finally:
         plt.close(fig)
 
 
+def _drawn_ticklabels(ax):
+    """The tick labels matplotlib draws: those of ticks inside the view limits (an axis keeps label
+    objects for ticks outside them, which are not drawn)."""
+    out = []
+    for axis, lim in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        lo, hi = min(lim), max(lim)
+        for minor in (False, True):
+            ticks = axis.get_minor_ticks() if minor else axis.get_major_ticks()
+            locs = axis.get_minorticklocs() if minor else axis.get_majorticklocs()
+            for tick, loc in zip(ticks, locs):
+                if lo - 1e-12 * abs(hi - lo) <= loc <= hi + 1e-12 * abs(hi - lo):
+                    out += [tick.label1, tick.label2]
+    return out
+
+
+def _texts(fig):
+    """The visible, non-empty texts of a drawn figure with their boxes (display units): titles,
+    axis labels, drawn tick labels, texts placed on axes or the figure, legend entries and titles."""
+    renderer = fig.canvas.get_renderer()
+    texts = list(fig.texts)
+    if getattr(fig, "_suptitle", None) is not None:
+        texts.append(fig._suptitle)
+    legends = list(fig.legends)
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        texts += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts,
+                  *_drawn_ticklabels(ax)]
+        if ax.get_legend() is not None:
+            legends.append(ax.get_legend())
+    for leg in legends:
+        texts += [*leg.get_texts(), leg.get_title()]
+    out, seen = [], set()
+    for t in texts:
+        if t is None or id(t) in seen or not t.get_visible() or not t.get_text().strip():
+            continue
+        seen.add(id(t))
+        box = t.get_window_extent(renderer)
+        if box.width > 0 and box.height > 0:
+            out.append((t, box))
+    return out
+
+
+def text_overlaps(fig, tolerance_px: float = 0.5) -> list[tuple[str, str]]:
+    """Pairs ``(text a, text b)`` of the drawn ``fig`` whose bounding boxes (matplotlib's window
+    extents) intersect by more than ``tolerance_px`` in both directions."""
+    fig.canvas.draw()
+    texts = _texts(fig)
+    pairs = []
+    for i, (ta, a) in enumerate(texts):
+        for tb, b in texts[i + 1:]:
+            w = min(a.x1, b.x1) - max(a.x0, b.x0)
+            h = min(a.y1, b.y1) - max(a.y0, b.y0)
+            if w > tolerance_px and h > tolerance_px:
+                pairs.append((ta.get_text(), tb.get_text()))
+    return pairs
+
+
+def thin_ticks(ax, axis: str = "x", gap_px: float = 2.0) -> None:
+    """Hide tick labels of ``ax`` that would touch the last label kept (left to right, or bottom
+    to top), so dense or logarithmic ticks in a narrow panel stay readable."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in (ax.get_xticklabels() if axis == "x" else ax.get_yticklabels())
+              if t.get_visible() and t.get_text().strip()]
+    boxes = sorted(((t.get_window_extent(renderer), t) for t in labels),
+                   key=lambda bt: bt[0].x0 if axis == "x" else bt[0].y0)
+    last = None
+    for box, t in boxes:
+        if last is not None and ((box.x0 if axis == "x" else box.y0) < (last.x1 if axis == "x" else last.y1) + gap_px):
+            t.set_visible(False)
+            continue
+        last = box
+
+
 __all__ = ["COLUMN_IN", "GREY", "HANDLE_LENGTH", "LINESTYLES", "MARKERS", "PAGE_IN", "PALETTE", "check_format",
-           "colours", "paper_style", "save", "text_colour"]
+           "colours", "paper_style", "save", "text_colour", "text_overlaps", "thin_ticks"]

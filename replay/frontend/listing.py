@@ -28,14 +28,44 @@ def protocols_cmd(as_json: bool) -> None:
     """Installed protocol plug-ins (entry-point group fastrack.protocols), and 'captured'."""
     from replay.plugins import PROTOCOLS_GROUP, installed
 
+    from replay.protocols.featuresoff import FEATURES, features_off_by
+
     rows = [{"name": CAPTURED, "provides": "(built in: measured durations, no hardware model)"}]
     rows += [{"name": n, "provides": v} for n, v in installed(PROTOCOLS_GROUP).items()]
+    off_by: dict[str, list[str]] = {f.name: [] for f in FEATURES}
+    for r in rows[1:]:  # the features CC switches off, per protocol (replay/protocols/featuresoff.py)
+        obj = _loaded(r["name"])
+        off = features_off_by(obj)
+        if off:
+            r["features_off"] = [{"feature": f.name, "source": f.source} for f in off]
+            for f in off:
+                off_by[f.name].append(r["name"])
+        if getattr(obj, "features_note", ""):
+            r["features_note"] = obj.features_note
     if as_json:
         click.echo(json.dumps(rows))
         return
     width = max(len(r["name"]) for r in rows)
     for r in rows:
         click.echo(f"{r['name']:<{width}}  {r['provides']}")
+    click.echo("\nfeatures CC switches off (graph transforms applied before the protocol's data path):")
+    for f in FEATURES:
+        click.echo(f"  {f.name}: {f.what}")
+        click.echo(f"    off under: {', '.join(off_by[f.name]) or '(none installed)'}")
+        click.echo(f"    source: {f.source}")
+    for r in rows:
+        if r.get("features_note"):
+            click.echo(f"  {r['name']}: {r['features_note']}")
+
+
+def _loaded(name: str):
+    """The protocol object registered as ``name`` (None when it cannot be loaded: listed all the same)."""
+    from replay.plugins import load_protocol
+
+    try:
+        return load_protocol(name)
+    except Exception:  # noqa: BLE001 - a broken plug-in must not hide the others from the list
+        return None
 
 
 @command.command("presets")

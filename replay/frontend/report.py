@@ -36,7 +36,8 @@ def format_summary(d: dict[str, Any]) -> str:
             lines.append(f"  rank {r['rank']:<4} {fmt_ns(r['makespan_ns']):>14}  captured {fmt_ns(r['captured_span_ns']):>14}"
                          f"  {fmt_pct(r['error_vs_captured'])}")
     if d["steps"]:
-        lines.append("per step:")
+        lines.append("per step (each from its first op to its last; steps overlap, so they may sum to more "
+                     "than the makespan):" if _steps_overlap(d) else "per step:")
         for s in d["steps"][:20]:
             cap = s["captured_span_ns"]
             err = (s["makespan_ns"] - cap) / cap if cap else None
@@ -49,6 +50,13 @@ def format_summary(d: dict[str, Any]) -> str:
     for k, v in sorted(d["critical_path_ns"].items(), key=lambda kv: -kv[1]):
         if v:
             lines.append(f"  {k:<12} {fmt_ns(v):>14}  {100 * v / total:5.1f}%")
+    if d.get("cc"):
+        cc = d["cc"]
+        lines.append(f"what CC adds ('{cc['cc_protocol']}' vs '{d['reference']['protocol']}', "
+                     f"% of the no-TEE time):")
+        from replay.frontend.explain import format_mechanisms
+
+        lines += format_mechanisms(cc)
     busy = sorted(d["resources"], key=lambda r: -r["utilization"])[:8]
     lines.append("busiest resources:")
     for r in busy:
@@ -57,7 +65,26 @@ def format_summary(d: dict[str, Any]) -> str:
         lines.append(format_setup_line(d["setup"]))
     for note in d.get("notes", []):
         lines.append(f"note: {note}")
+    from replay.frontend.explain import gpu_note
+
+    gpu = gpu_note(d.get("trace_source"), (d.get("model") or {}).get("model") if isinstance(d.get("model"), dict)
+                   else d.get("model"))
+    if gpu:
+        lines.append(f"note: {gpu}")
+    if d.get("cc"):
+        if d["cc"].get("note"):
+            lines.append(f"note: {d['cc']['note']}")
+        lines.append(d["cc"]["summary"][0].upper() + d["cc"]["summary"][1:] + " (why: replay explain)")
     return "\n".join(lines)
+
+
+def _steps_overlap(d: dict[str, Any]) -> bool:
+    """Whether the steps' spans of one rank add up to more than the makespan (a step's GPU work
+    still runs while the host issues the next one)."""
+    by_rank: dict[int, int] = {}
+    for s in d["steps"]:
+        by_rank[s["rank"]] = by_rank.get(s["rank"], 0) + int(s["makespan_ns"])
+    return any(v > d["makespan_ns"] for v in by_rank.values())
 
 
 def setup_report(split: dict[str, Any], ref, makespan_ns: int, window: dict[str, Any] | None) -> dict[str, Any]:

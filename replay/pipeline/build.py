@@ -295,8 +295,8 @@ def _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, on_gp
     or None when there are none. The passes over the edges run compiled (``replay.pipeline._build``) when
     it is built, else in numpy; both give the same lags."""
     passes = _edge_passes_native if _native is not None else _edge_passes_numpy
-    lag, ready, sync_done, halves, latency, samples, typical = passes(src_e, dst_e, kinds_e, dep_ptr, start, finish,
-                                                                      kind, rank)
+    lag, ready, sync_done, halves, latency, samples, typical, after = passes(src_e, dst_e, kinds_e, dep_ptr, start,
+                                                                             finish, kind, rank)
     # blocking calls (sync ops): the wait comes out of the replay, only the return after the awaited
     # GPU work is kept as duration
     is_sync = (kind == OpKind.SYNC) & (sync_done > _NONE)
@@ -307,7 +307,8 @@ def _causal_lags(src_e, dst_e, kinds_e, dep_ptr, start, finish, dur, kind, on_gp
     if halves.size:
         dur[halves] = np.minimum(dur[halves], causal.lookup(latency, rank[halves].astype(np.int64)))
     # report what the recorded prerequisites do not explain
-    calib = causal.Calibration(launch_latency_ns=latency, launch_samples=samples, back_to_back_ns=typical)
+    calib = causal.Calibration(launch_latency_ns=latency, launch_samples=samples, back_to_back_ns=typical,
+                               launch_after_call_ns=after)
     gpu = (ready > _NONE) & on_gpu  # a group member waits for its peers:
     if grouped is not None:
         gpu &= ~grouped
@@ -339,6 +340,42 @@ def _launch_latency(l_rank, l2s, idle):
     return latency, samples
 
 
+def _launch_lags(l_rank, l2s, call, idle, waited):
+    """Per LAUNCH edge, its lag from the call's start (:mod:`replay.causal`, "After the call"):
+    the call's own measured duration ``call`` plus the rank's after-call gap, the percentile of
+    the launch-bound ops' start minus their call's end (the smallest where none was launch-bound),
+    never below 0. ``waited``: edges from the first half of a split blocking call, whose measured
+    duration is mostly waiting: they are no sample of the gap, and keep their own launch-to-start
+    when they were launch-bound, else the median launch-to-start of the rank's launch-bound
+    blocking calls (or, without any, the rank's latency from the call's start). Returns (lags, after-call gap per rank, start-based latency per rank,
+    samples)."""
+    latency, samples = _launch_latency(l_rank, l2s, idle)
+    l2e = l2s - call  # start of the GPU op after its call returned (negative: before)
+    ok = ~waited
+    after = causal.per_rank_percentile(l_rank[idle & ok], l2e[idle & ok], causal.LAUNCH_LATENCY_PERCENTILE)
+    for r, v in causal.per_rank_percentile(l_rank[ok], l2e[ok], 0.0).items():
+        after.setdefault(r, v)
+    # a blocking call's first half: launch-bound, its own launch-to-start is its launch path (the
+    # call waited for nothing before it); queued, the rank's latency from the call's start
+    # call waited for nothing before it); queued, the median of the rank's launch-bound blocking
+    # calls (their launch path: a blocking copy stages before it launches), else the rank's latency
+    blocking = causal.per_rank_percentile(l_rank[idle & waited], l2s[idle & waited], causal.LAUNCH_LATENCY_PERCENTILE)
+    queued = causal.lookup(blocking, l_rank, causal.lookup(latency, l_rank)) if blocking else causal.lookup(latency, l_rank)
+    lags = np.where(waited, np.where(idle, l2s, queued), np.maximum(0, call + causal.lookup(after, l_rank, 0)))
+    return lags, after, latency, samples
+
+
+def _waited_launches(src_e, dst_e, kinds_e, kind, li) -> np.ndarray:
+    """Per LAUNCH edge ``li``: whether its source is the first half of a split blocking call
+    (:func:`_blocking_halves`)."""
+    pi = np.flatnonzero(kinds_e == DepKind.PROGRAM)
+    yi = np.flatnonzero(kinds_e == DepKind.SYNC)
+    halves = _blocking_halves(src_e[pi], dst_e[pi], src_e[li], dst_e[li], src_e[yi], dst_e[yi], kind)
+    is_half = np.zeros(kind.shape[0], bool)
+    is_half[halves] = True
+    return is_half[src_e[li]]
+
+
 def _stream_lags(s_rank, g, b2b):
     """STREAM edge lags: measured back-to-back gaps and overlap kept, larger gaps replaced by the
     rank's typical gap (never more than measured); and the typical gap per rank."""
@@ -354,10 +391,14 @@ def _edge_passes_native(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, ran
     ns = int(np.count_nonzero(kinds_e == DepKind.STREAM))
     l_rank, l2s, idle = np.empty(nl, np.int64), np.empty(nl, np.int64), np.empty(nl, bool)
     _native.launch_samples(dep_ptr, src_e, kinds_e, start, finish, rank, l_rank, l2s, idle)
-    latency, samples = _launch_latency(l_rank, l2s, idle)
-    del l2s, idle
-    l_lag = causal.lookup(latency, l_rank)
-    del l_rank
+    li = np.flatnonzero(kinds_e == DepKind.LAUNCH)  # (the compiled pass reports LAUNCH edges in edge order)
+    l_src = src_e[li]
+    if dst_e is None:  # (the compiled passes work from dep_ptr: edges are grouped by dependent)
+        dst_e = np.repeat(np.arange(n, dtype=np.int64), np.diff(dep_ptr))
+    l_lag, after, latency, samples = _launch_lags(l_rank, l2s, finish[l_src] - start[l_src], idle,
+                                                  _waited_launches(src_e, dst_e, kinds_e, kind, li))
+    del dst_e
+    del l2s, idle, l_rank, l_src
     lag, arrival = np.zeros(m, np.int64), np.empty(n, np.int64)
     s_rank, g, b2b = np.empty(ns, np.int64), np.empty(ns, np.int64), np.empty(ns, bool)
     _native.stream_samples(dep_ptr, src_e, kinds_e, start, finish, rank, l_lag, causal.BACK_TO_BACK_MAX_NS, lag,
@@ -367,7 +408,7 @@ def _edge_passes_native(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, ran
     del s_rank, g, b2b
     ready, sync_done, half = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, bool)
     _native.settle(dep_ptr, src_e, kinds_e, start, finish, kind, s_lag, lag, arrival, ready, sync_done, half)
-    return lag, ready, sync_done, np.flatnonzero(half), latency, samples, typical
+    return lag, ready, sync_done, np.flatnonzero(half), latency, samples, typical, after
 
 
 def _edge_passes_numpy(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, rank):
@@ -397,9 +438,9 @@ def _edge_passes_numpy(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, rank
     l_rank = rank[l_dst].astype(np.int64)
     idle = other_done[l_dst] <= l_start
     del other_done
-    latency, samples = _launch_latency(l_rank, l2s, idle)
+    l_lag, after, latency, samples = _launch_lags(l_rank, l2s, finish[l_src] - l_start, idle,
+                                                  _waited_launches(src_e, dst_e, kinds_e, kind, li))
     del idle, l2s
-    l_lag = causal.lookup(latency, l_rank)
     lag[li] = l_lag
     # stream: a gap is the GPU's own back-to-back gap only when the op was queued behind its
     # predecessor: its launch (call start + the rank's latency) had arrived by the time the
@@ -426,7 +467,7 @@ def _edge_passes_numpy(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, rank
     yi = np.flatnonzero(kinds_e == DepKind.SYNC)
     sync_done = _segment_max(dst_e[yi], fin_src[yi], n)
     halves = _blocking_halves(src_e[pi], p_dst, l_src, l_dst, src_e[yi], dst_e[yi], kind)
-    return lag, ready, sync_done, halves, latency, samples, typical
+    return lag, ready, sync_done, halves, latency, samples, typical, after
 
 
 def _blocking_halves(p_src, p_dst, l_src, l_dst, y_src, y_dst, kind) -> np.ndarray:

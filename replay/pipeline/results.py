@@ -383,21 +383,20 @@ def resource_usage(graph: OpGraph, sched: Schedule, makespan: int) -> list[dict[
     count = count + np.bincount(graph.hold_lane[holders], minlength=len(lanes))
     pools = np.zeros(len(lanes), bool)
     pools[graph.hold_lane[holders]] = True
+    # one row per lane, built from whole columns (a 10,000-rank replay has over 100,000 lanes)
+    size = sched.lane_servers[: len(lanes)].astype(np.int64)
+    # (as float(busy) / (servers * makespan) per lane, rounded by Python's round: exact ties)
+    util = [0.0] * len(lanes) if makespan <= 0 else \
+        [round(u, 6) for u in (busy.astype(np.float64) / (size * int(makespan)).astype(np.float64)).tolist()]
+    type_label = {int(t): LaneType(int(t)).label for t in np.unique(lanes.type).tolist()}
     out = []
-    for li in range(len(lanes)):
-        servers = int(lanes.servers[li])
-        size = int(sched.lane_servers[li])
-        row = {
-            "name": lanes.names[li],
-            "type": LaneType(int(lanes.type[li])).label,
-            "rank": int(lanes.rank[li]),
-            "servers": servers,
-            "ops": int(count[li]),
-            "busy_ns": int(busy[li]),
-            "utilization": round(float(busy[li]) / (size * makespan), 6) if makespan > 0 else 0.0,
-        }
-        if pools[li]:
-            row["peak_servers"] = size
+    for name, typ, rank, servers, ops, b, u, pool, peak in zip(
+            lanes.names, lanes.type.tolist(), lanes.rank.tolist(), lanes.servers.tolist(), count.tolist(),
+            busy.tolist(), util, pools.tolist(), size.tolist()):
+        row = {"name": name, "type": type_label[typ], "rank": rank, "servers": servers, "ops": ops, "busy_ns": b,
+               "utilization": u}
+        if pool:
+            row["peak_servers"] = peak
         out.append(row)
     return out
 

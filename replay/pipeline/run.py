@@ -7,6 +7,7 @@ same numbers the same way.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -49,6 +50,7 @@ class Prepared:
     model_info: dict | None
     scales: dict
     calibration: object | None
+    options_given: bool = False  # --model/--preset/--set given (checked under `captured`, not applied)
 
 
 def prepare(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
@@ -58,14 +60,20 @@ def prepare(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL
     calibration = graph.calibration
     graph = scale_durations(graph, scales)
     model_info = None
-    if protocol != CAPTURED:
-        from replay.plugins import load_model, load_protocol
+    from replay.plugins import load_model, load_protocol
 
-        hw = load_model(model).from_preset(preset, overrides)
+    # the model options are validated under every protocol, `captured` too (which applies none):
+    # a typo in --set or a missing --preset is refused the same way whatever the protocol
+    hw = load_model(model).from_preset(preset, overrides)
+    if protocol != CAPTURED:
         transform = load_protocol(protocol)
+        shift = graph.rank_shift
         graph = transform(graph, hw)
+        if shift.any() and not graph.rank_shift.any():  # (a transform's new graph keeps the ranks' clock
+            graph = graph.replace(rank_shift=shift)      # alignment: the captured span is the protocol's too)
         model_info = {"model": model, "preset": hw.preset_name, "params": hw.params, "digest": hw.digest}
-    return Prepared(graph=graph, protocol=protocol, model_info=model_info, scales=scales, calibration=calibration)
+    return Prepared(graph=graph, protocol=protocol, model_info=model_info, scales=scales, calibration=calibration,
+                    options_given=bool(preset or overrides or model != DEFAULT_MODEL))
 
 
 def replay_prepared(prep: Prepared, trace_ops: int | None = None) -> Replay:
@@ -75,8 +83,13 @@ def replay_prepared(prep: Prepared, trace_ops: int | None = None) -> Replay:
     result = summarize(graph, sched, protocol, trace_ops if trace_ops is not None else graph.n)
     result.model = prep.model_info
     result.scales = scales
+    from replay.pipeline.consistency import take_warnings
+
+    for warning in take_warnings():  # (what the consistency checks of the trace assumed: one line each)
+        sys.stderr.write(f"warning: {warning}\n")
     if protocol == CAPTURED:
-        result.notes.append("captured: every op keeps its measured duration; no hardware model applied")
+        result.notes.append("captured: every op keeps its measured duration; no hardware model applied"
+                            + (" (the model options given were checked, not applied)" if prep.options_given else ""))
     if scales:
         result.notes.append(f"what-if: durations scaled ({describe(scales)}) before the protocol")
     if calibration is not None:
@@ -128,8 +141,12 @@ def open_trace(path: str | os.PathLike, columns: Sequence[str] | None = None) ->
     path = str(path)
     if os.path.isfile(path):  # (FIFOs, devices and missing files: the reader's own refusal)
         importer = importer_for(path)
-        if importer is not None:
-            return importer.load(path)
+        if importer is not None:  # imported in memory: the input's own names stay out (fastrack_core.provenance)
+            from fastrack_core.provenance import scrub
+
+            trace = importer.load(path)
+            trace.metadata = scrub(trace.metadata, None)
+            return trace
     try:
         return read_trace(path, columns=list(columns) if columns is not None else None)
     except TraceFormatError as exc:
@@ -143,10 +160,15 @@ def load_graph(trace: str | os.PathLike | Trace) -> tuple[OpGraph, Trace]:
     """The graph of a trace, and the trace. A trace read here from a file is read with only the
     columns the graph needs and comes back without its table (``num_ops``, ``metadata`` and
     ``path`` stay), so its memory is freed once the graph is built."""
+    from replay.pipeline.consistency import check_trace
+
     if isinstance(trace, Trace):
-        return build_graph(trace), trace
+        graph = build_graph(trace)
+        check_trace(graph, trace)  # a trace that contradicts itself: refused, or one warning (consistency.py)
+        return graph, trace
     read = open_trace(trace, columns=GRAPH_COLUMNS)
     graph = build_graph(read)
+    check_trace(graph, read)
     return graph, read.drop_columns()
 
 

@@ -239,6 +239,13 @@ def _ms(ns) -> str:
     return "n/a" if ns is None else f"{ns / 1e6:.3f} ms"
 
 
+def _human(ns: float, sign: bool = False) -> str:
+    """A breakdown entry for people: ms from 10 us up (``+8.516 ms``), us below (``+3.2 us``)."""
+    head = "+" if sign and ns > 0 else ("-" if ns < 0 else "")
+    a = abs(float(ns))
+    return f"{head}{a / 1e6:,.3f} ms" if a >= 10_000 else f"{head}{a / 1e3:.1f} us"
+
+
 def _rel_text(x) -> str:
     return "" if x is None else f" ({100 * x:+.1f}% vs none)"
 
@@ -265,8 +272,8 @@ def format_serving(metrics: dict[str, Any], over: dict[str, Any] | None = None, 
         if delta:
             items = sorted(delta.items(), key=lambda kv: -abs(kv[1]))[:top]
             lines.append(f"  {what}, change vs none by mechanism: "
-                         + ", ".join(f"{k} {v / 1e3:+.1f} us" for k, v in items))
+                         + ", ".join(f"{k} {_human(v, True)}" for k, v in items))
         elif mine:
             items = sorted(mine.items(), key=lambda kv: -kv[1])[:top]
-            lines.append(f"  {what} by mechanism: " + ", ".join(f"{k} {v / 1e3:.1f} us" for k, v in items))
+            lines.append(f"  {what} by mechanism: " + ", ".join(f"{k} {_human(v)}" for k, v in items))
     return "\n".join(lines)

@@ -18,6 +18,8 @@ to hold it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from replay.graph import LaneType, NO_LANE
@@ -41,15 +43,20 @@ def add_pool_holds(ed: GraphEditor, rank: np.ndarray, holder: np.ndarray, until:
     ranks, inv = np.unique(rank, return_inverse=True)
     top = np.zeros(ranks.size, np.int64)
     np.maximum.at(top, inv, need)
-    pool = np.empty(ranks.size, np.int32)
     lanes = ed.lanes
-    for k, r in enumerate(ranks.tolist()):
-        cap = max(int(max_slots), int(slots), int(top[k]))
-        lane = lanes.find(r, LaneType.BOUNCE_POOL, 0)
-        if lane == NO_LANE:
-            lanes, lane = lanes.add(r, LaneType.BOUNCE_POOL, 0, f"rank{r}/{POOL_NAME}", int(slots), max_servers=cap)
-        elif cap > int(lanes.max_servers[lane]):
-            lanes = lanes.with_max_servers(lane, cap)
-        pool[k] = lane
+    cap = np.maximum(top, max(int(max_slots), int(slots)))
+    pool = lanes.find_many(ranks, LaneType.BOUNCE_POOL, 0)
+    have = pool != NO_LANE
+    if have.any():  # existing pools may have to grow further
+        grown = lanes.max_servers.copy()
+        grown[pool[have]] = np.maximum(grown[pool[have]], cap[have])
+        if not np.array_equal(grown, lanes.max_servers):
+            lanes = dataclasses.replace(lanes, max_servers=grown)
+    new = np.flatnonzero(~have)
+    if new.size:  # one copy of the lane arrays for every rank's new pool
+        lanes, first = lanes.extend(ranks[new], int(LaneType.BOUNCE_POOL), 0,
+                                    [f"rank{int(r)}/{POOL_NAME}" for r in ranks[new].tolist()], int(slots),
+                                    max_servers=cap[new])
+        pool[new] = first + np.arange(new.size, dtype=np.int32)
     ed.lanes = lanes
     ed.add_holds(holder, until, pool[inv])

@@ -36,7 +36,12 @@ The switches:
 Pageable copies that skip the bounce buffer (direct copies) keep the driver's pageable staging
 copy (``host_staging``, as under :mod:`.notee`); copies through the bounce buffer do not pay it
 twice (the CPU encryption is their staging). H2D/D2H copies are host-synchronous in every CC
-protocol [S11]. Every host submission call pays one encrypted submission (:mod:`.submit`).
+protocol [S11] (``model.copy_blocks_host``; with ``"d2h"`` an H2D copy releases its thread once
+encrypted). Every host submission call pays one push (:mod:`.submit`). The driver path adds, per
+copy (docs/model.md "The driver path"): the fixed crossing cost ``model.crossing_ns()`` as a
+``p2p_sync`` node on the direction's secure channel before chunk 0's PCIe and CE stages (no node
+when 0), and, after the thread's ``sync_wait``, the completion wait ``model.completion_ns()`` (the
+CPU decrypts the encrypted semaphore) as a ``p2p_sync`` node on the thread.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from .collectives import price_plain
 from .copies import Chunks, Copies, chunk, dependents, host_copies, launch_edges_with_dependents, launchers
 from .editor import GraphEditor, copy_in_edges, lanes_required
 from .kinds import DerivedKind
-from .submit import add_submission, redirect_program
+from .submit import add_submission, redirect_program, scale_host_work
 
 @dataclass(frozen=True)
 class CCOptions:
@@ -68,6 +73,7 @@ class CCOptions:
 def transform_cc(graph: OpGraph, model, opts: CCOptions) -> OpGraph:
     g = model.add_lanes(price_plain(graph, model))  # collectives: plaintext on the topology (multi-GPU: .p2p)
     ed = GraphEditor(g)
+    scale_host_work(ed, model)  # the CPU TEE's own cost on host work (tee.host_work_ratio)
     le, le_dst = launch_edges_with_dependents(g)
     tail = add_submission(ed, model, le, le_dst)
     cp = host_copies(g, launchers(g, None, le, le_dst))
@@ -120,7 +126,8 @@ def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOption
     threads = int(model.cpu_crypto_threads)
     path = _DataPath.of(ed.g, model, cp, opts)
     stages = _add_stages(ed, model, path, opts)
-    host_prev = _host_chain(path, stages.wait, tail)
+    host_prev = _host_chain(path, stages.done, tail)
+    _crossings(ed, model, path, stages, opts.overlap)
     _cpu_edges(ed, path, stages, host_prev, threads)
     gate = _cpu_gate(path, stages, host_prev, threads, opts.overlap)
     _h2d_edges(ed, path, stages, gate, opts.overlap)
@@ -131,13 +138,7 @@ def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOption
 
 def _lane_with_key(g: OpGraph, ranks: np.ndarray, typ: LaneType, key: int) -> np.ndarray:
     """Lane of type ``typ`` and key ``key`` for each rank (NO_LANE where missing)."""
-    lanes = g.lanes
-    out = np.full(ranks.shape, NO_LANE, np.int32)
-    for r in np.unique(ranks).tolist():
-        hit = np.flatnonzero((lanes.rank == r) & (lanes.type == typ) & (lanes.key == key))
-        if hit.size:
-            out[ranks == r] = hit[0]
-    return out
+    return g.lanes.find_many(ranks, typ, key)
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ class _DataPath:
     host_lane: np.ndarray  # per copy: the launching call's thread (the crypto pool without one)
     cpu_lane: np.ndarray  # per copy: where its CPU stage runs
     host_order: np.ndarray  # per copy: priority of its CPU stage (the launching call's order key)
+    blocks: np.ndarray  # per copy: the calling thread waits for its completion (model.copy_blocks_host)
 
     @property
     def d2h(self) -> np.ndarray:
@@ -218,7 +220,13 @@ class _DataPath:
             page_pcie=np.where(h2d, model.pcie_ns(page, CopyDir.H2D), model.pcie_ns(page, CopyDir.D2H)),
             page_cpu=np.asarray(page_cpu, np.int64), ce_overhead=overhead, pcie_lane=pcie_lane, ce_lane=ce_lane,
             host_lane=host_lane, cpu_lane=np.where(inline, host_lane, crypto_lane),
-            host_order=np.where(has_launcher, g.order[call], g.order[cp.node]))
+            host_order=np.where(has_launcher, g.order[call], g.order[cp.node]),
+            blocks=np.where(h2d_copy, _blocks(model, CopyDir.H2D), _blocks(model, CopyDir.D2H)))
+
+
+def _blocks(model, direction: CopyDir) -> bool:
+    f = getattr(model, "copy_blocks_host", None)
+    return True if f is None else bool(f(direction))
 
 
 def _parts(model, opts: CCOptions) -> int:
@@ -245,6 +253,7 @@ class _Stages:
     pcie: np.ndarray
     ce: np.ndarray  # the CE secure-copy operation: decrypt+verify (H2D) / encrypt+tag (D2H)
     wait: np.ndarray  # per copy
+    done: np.ndarray  # per copy: the host node that ends the copy on the calling thread (the completion wait, or ``wait``)
 
     @property
     def cpu_first(self) -> np.ndarray:
@@ -293,8 +302,34 @@ def _add_stages(ed: GraphEditor, model, path: _DataPath, opts: CCOptions) -> _St
     launched = np.flatnonzero(path.launcher >= 0)
     wait = np.full(len(path.node), -1, np.int64)
     wait[launched] = ed.add_nodes(DerivedKind.SYNC_WAIT, path.node[launched], path.host_lane[launched], 0)
+    done = wait.copy()
+    # a blocking copy ends when the thread has decrypted its encrypted completion semaphore
+    # (model.completion_ns; a p2p_sync node, the same hand-off as between the GPU-to-GPU engines)
+    fin = np.asarray(getattr(model, "completion_ns", lambda: 0)(), np.int64)
+    sem = launched[path.blocks[launched]] if int(fin) > 0 else launched[:0]
+    done[sem] = ed.add_nodes(DerivedKind.P2P_SYNC, path.node[sem], path.host_lane[sem], int(fin))
+    ed.add_edges(wait[sem], done[sem], DepKind.PROGRAM, 0)
     ed.set_dur(path.node, 0)  # the copy node now only marks completion on its stream
-    return _Stages(cpu=cpu, extra=extra, pcie=pcie, ce=ce, wait=wait)
+    return _Stages(cpu=cpu, extra=extra, pcie=pcie, ce=ce, wait=wait, done=done)
+
+
+def _crossings(ed: GraphEditor, model, path: _DataPath, stages: _Stages, overlap: bool) -> None:
+    """The fixed cost of each host<->GPU crossing (``model.crossing_ns``): one node per copy on its
+    direction's secure channel, after the copy's own prerequisites; the copy's first chunk (PCIe
+    transfer, CE operation and, streaming D2H, its CPU decryption) starts after it. On a channel of
+    one server, one context's crossings serialise. No node when the cost is 0."""
+    cost = int(getattr(model, "crossing_ns", lambda: 0)())
+    if cost <= 0:
+        return
+    ch = path.ch
+    toll = ed.add_nodes(DerivedKind.P2P_SYNC, path.node, path.ce_lane, cost)
+    copy_in_edges(ed, path.node, toll)
+    head = np.flatnonzero(path.first_chunk)
+    for st in (stages.pcie, stages.ce):
+        ed.add_edges(toll[ch.copy[head]], st[head], DepKind.DATA, 0)
+    if overlap:
+        first = head[path.d2h[head] & path.cpu[head]]
+        ed.add_edges(toll[ch.copy[first]], stages.cpu[first], DepKind.DATA, 0)
 
 
 def _host_chain(path: _DataPath, wait: np.ndarray, tail: np.ndarray) -> np.ndarray:
@@ -414,7 +449,8 @@ def _host_sync_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, host_pre
                      overlap: bool) -> None:
     """The calling thread waits for the copy (host-synchronous) after its own CPU stages."""
     launched = np.flatnonzero(path.launcher >= 0)
-    ed.add_edges(path.node[launched], stages.wait[launched], DepKind.SYNC, 0)
+    waits = launched[path.blocks[launched]]  # host-synchronous copies (model.copy_blocks_host)
+    ed.add_edges(path.node[waits], stages.wait[waits], DepKind.SYNC, 0)
     mine = path.cpu & path.launched
     if threads == 1:
         mine &= path.final_chunk  # its chunks run in sequence: the last one ends the CPU work

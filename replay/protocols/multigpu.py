@@ -43,6 +43,7 @@ from .fastrack import FASTRACK as _HOST_FASTRACK
 from .fastrack import FASTRACK_AUTH as _HOST_FASTRACK_AUTH
 from .fastrack import FASTRACK_DIRECT as _HOST_FASTRACK_DIRECT
 from .fastrack import FASTRACK_OVERLAP as _HOST_FASTRACK_OVERLAP
+from .featuresoff import CC_OFF, features_off
 from .p2p import P2POptions, has_collectives, transform_p2p
 
 # option name -> (P2POptions field it sets, what it does)
@@ -54,7 +55,10 @@ OPTIONS = {
 
 
 class System(Protocol):
-    """``host`` (a single-GPU protocol) followed by :func:`.p2p.transform_p2p` with ``p2p``."""
+    """``host`` (a single-GPU protocol) followed by :func:`.p2p.transform_p2p` with ``p2p``, on the
+    graph without the features CC switches off (:data:`.featuresoff.CC_OFF`)."""
+
+    features_off = CC_OFF
 
     def __init__(self, host: Protocol, p2p: P2POptions, description: str, name: str | None = None,
                  chosen: tuple[str, ...] = ()):
@@ -70,6 +74,7 @@ class System(Protocol):
             raise ConfigError(
                 f"--protocol {self.name}: option {'+'.join(self.chosen)} applies to GPU-to-GPU messages and this "
                 "trace has no collectives (one GPU); replay a multi-rank trace or add --data-parallel N (N > 1)")
+        graph = features_off(graph, model, self.features_off)  # what CC switches off (.featuresoff)
         return transform_p2p(self.host.apply(graph, model), model, self.p2p, self.name)
 
     def with_options(self, names: tuple[str, ...]) -> "System":

@@ -17,7 +17,8 @@ Copies from *pageable* host memory go through the driver's pinned staging buffer
 
 A pageable copy without a launching call (no host thread to charge) is treated as pinned.
 Collectives of a multi-rank graph are priced as plaintext on the model's GPU-to-GPU topology
-(:func:`.collectives.price_plain`). Everything else keeps its traced duration.
+(:func:`.collectives.price_plain`), an all-reduce inside an NVSwitch node as NVLS where multicast
+makes it faster (:func:`.featuresoff.price_reference`; CC switches multicast off). Everything else keeps its traced duration.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from fastrack_core.schema import CopyDir, DepKind, HostMem
 from replay.graph import LaneType, OpGraph
 
 from .base import Protocol
-from .collectives import price_plain
+from .featuresoff import price_reference
 from .copies import host_copies, launchers
 from .editor import GraphEditor, copy_in_edges, lanes_required
 from .kinds import DerivedKind
@@ -47,7 +48,7 @@ class NoTEE(Protocol):
                   "same model as the TEE protocols"
 
     def apply(self, graph: OpGraph, model) -> OpGraph:
-        g = model.add_lanes(price_plain(graph, model))
+        g = model.add_lanes(price_reference(graph, model))  # NVLS where the NVSwitch multicasts
         ed = GraphEditor(g)
         cp = host_copies(g, launchers(g))
         if len(cp) == 0:

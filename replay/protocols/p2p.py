@@ -107,12 +107,12 @@ def has_collectives(graph: OpGraph) -> bool:
 
 def _add_rank_lanes(graph: OpGraph, ranks, typ: LaneType, key: int, name: str) -> OpGraph:
     lanes = graph.lanes
-    changed = False
-    for r in sorted(set(int(x) for x in ranks)):
-        if lanes.find(r, typ, key) == NO_LANE:
-            lanes, _ = lanes.add(r, typ, key, f"rank{r}/{name}")
-            changed = True
-    return graph.replace(lanes=lanes) if changed else graph
+    ranks = np.unique(np.asarray(list(ranks) if not isinstance(ranks, np.ndarray) else ranks, np.int64))
+    new = ranks[lanes.find_many(ranks, typ, key) == NO_LANE]
+    if new.size == 0:
+        return graph
+    lanes, _ = lanes.extend(new, int(typ), key, [f"rank{int(r)}/{name}" for r in new.tolist()], 1)
+    return graph.replace(lanes=lanes)
 
 
 def _require_p2p_model(model, protocol: str) -> None:
@@ -218,7 +218,7 @@ class _Ends:
         send_rank, recv_rank = g.rank[send_node].astype(np.int64), g.rank[recv_node].astype(np.int64)
 
         def lane(ranks, typ, key=0):
-            return np.asarray([g.lanes.find(int(r), typ, key) for r in ranks.tolist()], np.int64)
+            return g.lanes.find_many(ranks, typ, key).astype(np.int64)
 
         def secure(ranks, key):  # the secure-copy channel lane of a direction, or the copy engines
             ch = lane(ranks, LaneType.GPU_CRYPTO, key)

@@ -13,8 +13,20 @@ on a single-GPU trace ``ppcie`` and ``baseline`` give the same graph.
 """
 
 from .cc import CCProtocol
+from .featuresoff import CC_OFF, features_off
 
-PPCIE = CCProtocol(
+
+class PPCIeProtocol(CCProtocol):
+    """The CC data path on the graph without the features CC switches off (:mod:`.featuresoff`:
+    multicast and cudaHostRegister are off in PPCIe mode too, [S62][S64])."""
+
+    features_off = CC_OFF
+
+    def apply(self, graph, model):
+        return super().apply(features_off(graph, model, self.features_off), model)
+
+
+PPCIE = PPCIeProtocol(
     "ppcie",
     "Protected PCIe mode: host<->GPU as H100 CC baseline, GPU-to-GPU over NVLink in plaintext",
 )

@@ -25,7 +25,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from fastrack_core.errors import ConfigError
+from fastrack_core.errors import ConfigError, closest, shown
 from fastrack_core.schema import OpKind
 from replay.graph import OpGraph
 
@@ -43,9 +43,10 @@ MAX_FACTOR = 1000.0
 def check_factor(kind: str, factor: float, label: str | None = None) -> float:
     """``factor`` as a float if ``kind`` is known and ``0 < factor <= MAX_FACTOR``, else ConfigError.
     ``label`` names the setting in messages (default ``--scale KIND``)."""
-    label = label or f"--scale {kind}"
+    label = label or (f"--scale {kind}" if kind in SCALE_KINDS else "--scale")
     if kind not in SCALE_KINDS:
-        raise ConfigError(f"{label}: unknown kind '{kind}' (expected one of {', '.join(SCALE_KINDS)})")
+        raise ConfigError(f"{label}: unknown kind {shown(kind)}{closest(kind, SCALE_KINDS)} (expected one of "
+                          f"{', '.join(SCALE_KINDS)})")
     if isinstance(factor, (bool, np.bool_)):
         raise ConfigError(f"{label}: factor must be a number, got a {type(factor).__name__}")
     try:

@@ -1,10 +1,16 @@
-"""Per-operator cost model of an NVIDIA H100 for emulated capture (``tracegen capture --emulate``).
+"""Per-operator cost model of an NVIDIA GPU for emulated capture (``tracegen capture --emulate``).
 
 Every GPU operation the emulator sees (an ATen operator on an emulated CUDA tensor) is priced
 here: FLOPs and bytes come from the operand shapes and dtypes, the duration from a roofline with
 an efficiency factor per operator family plus a fixed floor per kernel. Every constant is a named
 field of :class:`GpuSpec` with its unit in the name; ``docs/emulation.md`` lists each with its
 source or says that it is an assumption.
+
+The machine's facts (SMs, peaks, HBM, copy rates, runtime call costs, host CPU speed) are not
+defined here: :func:`get_spec` builds a :class:`GpuSpec` from a preset of the machine description
+(``fastrack_core.machine``, docs/machine.md), the same file the replay's hardware model reads.
+What this module defines are the cost model's calibration factors (efficiencies, floors, tiles,
+framework costs), which a preset may override in its ``[costmodel]`` table.
 
 This module does not import torch: operands are described by :class:`TensorInfo`, so the model
 can be tested and used (e.g. by ``benchmarks/validation/capture_accuracy.py``) on its own.
@@ -23,19 +29,43 @@ FAMILIES = ("gemm", "attention", "elementwise", "reduction", "memcpy", "memset",
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """Parameters of one GPU model. Units are in the names (tflops = 1e12 FLOP/s, gb_s = 1e9 B/s)."""
+    """Parameters of one GPU model. Units are in the names (tflops = 1e12 FLOP/s, gb_s = 1e9 B/s).
 
-    name: str
+    The fields without a default are the machine's facts, read from a preset
+    (:data:`MACHINE_FACTS` names the table and key of each); the fields with a default are the
+    cost model's calibration (a preset's ``[costmodel]`` table may override them)."""
+
+    name: str  # the preset's name
     gpu_name: str  # as torch.cuda.get_device_name() reports it
     sms: int  # streaming multiprocessors
     total_memory_bytes: int
-    # Dense tensor-core / vector peaks (NVIDIA H100 datasheet, dense = without sparsity)
+    # Dense tensor-core / vector peaks (dense = without sparsity)
     bf16_dense_tflops: float
     fp8_dense_tflops: float
     tf32_dense_tflops: float
     fp32_tflops: float  # non-tensor-core FP32
     fp64_tflops: float  # FP64 tensor core
     hbm_gb_s: float
+    boost_clock_mhz: int  # informational: the peaks include it
+    # Host <-> device copies: pinned copies at the link's achieved rate per direction, pageable
+    # copies at the host's staging copy (the replay's host.staging_copy_gb_s: one parameter)
+    pcie_h2d_gb_s: float
+    pcie_d2h_gb_s: float
+    pcie_pageable_gb_s: float
+    pcie_latency_ns: int
+    # CUDA runtime calls on the host (modelled host time, tracegen.emulation.hosttime)
+    launch_kernel_ns: int  # per cudaLaunchKernel call
+    memcpy_call_ns: int  # per cudaMemcpyAsync call (excluding any wait)
+    memset_call_ns: int  # per cudaMemsetAsync call
+    sync_return_ns: int
+    """ns from the end of the GPU work a synchronise call waits for (or from the call's start when
+    nothing is pending) to the call's return."""
+    event_call_ns: int  # per cudaEventRecord / cudaStreamWaitEvent call
+    launch_latency_ns: int  # from the end of a launch call to the earliest GPU start
+    host_cpu_speed: float
+    """Python speed of the target GPU server's host CPU relative to the reference host (2 = runs
+    the script's Python in half the time): the preset's ``[host_cpu] speed_ratio``."""
+    # ---- calibration of the cost model (docs/emulation.md gives the source of each)
     # Efficiencies (fraction of the peak reached by a large, well-shaped kernel)
     gemm_efficiency: float = 0.80
     conv_efficiency: float = 0.60
@@ -66,34 +96,15 @@ class GpuSpec:
     other_floor_ns: int = 3000
     memset_floor_ns: int = 1000
     d2d_floor_ns: int = 1500
-    # Host <-> device copies over PCIe Gen5 x16
-    pcie_pinned_gb_s: float = 52.0
-    pcie_pageable_gb_s: float = 20.0
-    pcie_latency_ns: int = 2000
     # multi_tensor_apply (foreach / fused optimizers): tensors per launch, blocks per launch
     foreach_tensors_per_launch: int = 110
     foreach_chunk_elems: int = 65536
     foreach_blocks_per_launch: int = 320
-    # ---- Host side (the modelled host time of emulated capture, tracegen.emulation.hosttime).
-    # Calibrated with `python benchmarks/validation/host_calibration.py` on the real H100 Kineto traces in
-    # tests/data (h100_bert_small_uncased = "BERT", h100_qwen1.5_0.5b_chat = "Qwen"); both were
-    # recorded with record_shapes/profile_memory/with_stack/with_modules, so every figure includes
-    # the profiler's own overhead (an upper bound for an unprofiled run). docs/emulation.md.
-    launch_kernel_ns: int = 3200
-    """ns per cudaLaunchKernel call: Qwen median 3.20 us (n=860); BERT 4.46 us (n=34)."""
-    memcpy_call_ns: int = 7800
-    """ns per cudaMemcpyAsync call (excluding any wait): BERT 7.76 us, Qwen 12.33 us (one call each,
-    a 1-element D2H for .item()); the smaller taken."""
-    memset_call_ns: int = 3600
-    """ns per cudaMemsetAsync call: Qwen median 3.60 us (n=168)."""
-    sync_return_ns: int = 4000
-    """ns from the end of the GPU work a synchronise call waits for (or from the call's start when
-    nothing is pending) to the call's return: cudaStreamSynchronize after the D2H copy 3.96 us
-    (BERT) and 3.92 us (Qwen); cudaDeviceSynchronize 4.54 us (Qwen), 5.94/5.97 us (BERT, GPU idle)."""
-    event_call_ns: int = 1500
-    """ns per cudaEventRecord / cudaStreamWaitEvent call: A100 traces 1.4-2.4 us (none in the H100 ones)."""
-    launch_latency_ns: int = 0
-    """ns from the end of a launch call to the earliest GPU start (a kernel may start at once)."""
+    # ---- Framework host costs (modelled host time). Calibrated with `python
+    # benchmarks/validation/host_calibration.py` on the real H100 Kineto traces in tests/data
+    # (h100_bert_small_uncased = "BERT", h100_qwen1.5_0.5b_chat = "Qwen"); both were recorded
+    # with record_shapes/profile_memory/with_stack/with_modules, so every figure includes the
+    # profiler's own overhead (an upper bound for an unprofiled run). docs/emulation.md.
     aten_op_host_ns: int = 6100
     """ns of framework time (Python binding, dispatcher, shape checks, TensorIterator, caching
     allocator) per ATen operator that launches GPU work, besides the runtime calls; also charged
@@ -119,11 +130,8 @@ class GpuSpec:
     """ns of thread CPU time of one calibration run (tracegen.emulation.scripttime.calibration_loop,
     4 000 iterations, fastest of 15) on the reference host: the 2-core development VM ("Intel(R)
     Xeon(R) Processor", CPython 3.11.7, torch 2.13): 0.563-0.608 ms over twelve calibrations
-    at load 3, the fastest taken (the VM when it is least disturbed)."""
-    host_cpu_speed: float = 1.0
-    """Python speed of the target GPU server's host CPU relative to the reference host (2 = runs
-    the script's Python in half the time). Assumption: 1.0, no measurement on an H100 server's
-    CPU (a DGX H100 has Xeon Platinum 8480C at 2.0-3.8 GHz) was available."""
+    at load 3, the fastest taken (the VM when it is least disturbed). A fact of the machine the
+    calibration ran on, not of the target: it stays here."""
 
     @property
     def per_sm_bf16_flops(self) -> float:
@@ -137,39 +145,85 @@ class GpuSpec:
         return replace(self, **kw)
 
 
-H100_SXM = GpuSpec(
-    name="h100-sxm",
-    gpu_name="NVIDIA H100 80GB HBM3",
-    sms=132,
-    total_memory_bytes=85_018_279_936,
-    bf16_dense_tflops=989.4,
-    fp8_dense_tflops=1978.9,
-    tf32_dense_tflops=494.7,
-    fp32_tflops=66.9,
-    fp64_tflops=66.9,
-    hbm_gb_s=3350.0,
-)
+# GpuSpec field <- (table, key) of the machine description (fastrack_core.machine): every fact
+# of the machine is read from the preset, none is defined in this module.
+MACHINE_FACTS: dict[str, tuple[str, str]] = {
+    "gpu_name": ("compute", "gpu_name"),
+    "sms": ("gpu", "sms"),
+    "total_memory_bytes": ("compute", "memory_bytes"),
+    "bf16_dense_tflops": ("compute", "bf16_dense_tflops"),
+    "fp8_dense_tflops": ("compute", "fp8_dense_tflops"),
+    "tf32_dense_tflops": ("compute", "tf32_dense_tflops"),
+    "fp32_tflops": ("compute", "fp32_tflops"),
+    "fp64_tflops": ("compute", "fp64_tflops"),
+    "hbm_gb_s": ("compute", "hbm_gb_s"),
+    "boost_clock_mhz": ("compute", "boost_clock_mhz"),
+    "pcie_h2d_gb_s": ("pcie", "h2d_bandwidth_gb_s"),
+    "pcie_d2h_gb_s": ("pcie", "d2h_bandwidth_gb_s"),
+    "pcie_pageable_gb_s": ("host", "staging_copy_gb_s"),
+    "pcie_latency_ns": ("pcie", "latency_ns"),
+    "launch_kernel_ns": ("runtime", "launch_kernel_ns"),
+    "memcpy_call_ns": ("runtime", "memcpy_call_ns"),
+    "memset_call_ns": ("runtime", "memset_call_ns"),
+    "sync_return_ns": ("runtime", "sync_return_ns"),
+    "event_call_ns": ("runtime", "event_call_ns"),
+    "launch_latency_ns": ("runtime", "launch_latency_ns"),
+    "host_cpu_speed": ("host_cpu", "speed_ratio"),
+}
 
-H100_PCIE = H100_SXM.with_overrides(
-    name="h100-pcie",
-    gpu_name="NVIDIA H100 PCIe",
-    sms=114,
-    bf16_dense_tflops=756.5,
-    fp8_dense_tflops=1513.0,
-    tf32_dense_tflops=378.0,
-    fp32_tflops=51.2,
-    fp64_tflops=51.2,
-    hbm_gb_s=2000.0,
-)
-
-DEVICES: dict[str, GpuSpec] = {s.name: s for s in (H100_SXM, H100_PCIE)}
+DEFAULT_DEVICE = "h100-sxm"
 
 
-def get_spec(name: str) -> GpuSpec:
-    try:
-        return DEVICES[name]
-    except KeyError:
-        raise ConfigError(f"unknown device model '{name}'; expected one of {', '.join(DEVICES)}") from None
+def spec_from_machine(machine) -> GpuSpec:
+    """The :class:`GpuSpec` of a :class:`fastrack_core.machine.Machine`: its facts, then the
+    calibration defaults with the preset's ``[costmodel]`` overrides."""
+    kw = {f: machine.fact(t, k) for f, (t, k) in MACHINE_FACTS.items()}
+    calibration = {f.name: f for f in fields(GpuSpec) if f.name != "name" and f.name not in MACHINE_FACTS}
+    for key, value in machine.costmodel.items():
+        if key in MACHINE_FACTS:
+            t, k = MACHINE_FACTS[key]
+            raise ConfigError(f"[costmodel] {key}: a fact of the machine, set as [{t}] {k}", path=machine.path)
+        f = calibration.get(key)
+        if f is None:
+            raise ConfigError(f"[costmodel] unknown cost-model parameter '{key[:60]}'; known: "
+                              f"{', '.join(calibration)}", path=machine.path)
+        if f.type in (int, "int") and not float(value).is_integer():
+            raise ConfigError(f"[costmodel] {key}: expected an integer", path=machine.path)
+        kw[key] = int(value) if f.type in (int, "int") else float(value)
+    return GpuSpec(name=machine.name, **kw)
+
+
+def get_spec(device: str = DEFAULT_DEVICE) -> GpuSpec:
+    """The cost model of preset ``device`` (a name ``replay --preset`` takes, or a path to a
+    preset file). An unknown name, or a preset without the compute half, is a ConfigError."""
+    from fastrack_core.machine import load_machine
+
+    return spec_from_machine(load_machine(device))
+
+
+def device_names() -> list[str]:
+    """Installed presets that have the compute half (the names ``--device`` offers)."""
+    from fastrack_core.machine import has_compute_half, preset_names
+
+    def ok(name: str) -> bool:
+        try:
+            return has_compute_half(name)
+        except ConfigError:  # a broken file is reported when it is used, not while listing
+            return False
+
+    return [n for n in preset_names() if ok(n)]
+
+
+_SHIPPED = {"H100_SXM": "h100-sxm", "H100_PCIE": "h100-pcie"}
+
+
+def __getattr__(name: str):
+    """``H100_SXM`` / ``H100_PCIE``: the shipped presets' specs, read on first use."""
+    if name in _SHIPPED:
+        spec = get_spec(_SHIPPED[name])
+        globals()[name] = spec
+        return spec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ----------------------------------------------------------------------------- operands
@@ -298,8 +352,13 @@ def attention_ns(b: int, h: int, sq: int, sk: int, d: int, dv: int, causal: bool
     return spec.attention_floor_ns + _ns(max(flops / (peak * eff), memory_s)), flops
 
 
-def h2d_d2h_ns(nbytes: int, pinned: bool, spec: GpuSpec) -> int:
-    bw = spec.pcie_pinned_gb_s if pinned else spec.pcie_pageable_gb_s
+def h2d_d2h_ns(nbytes: int, pinned: bool, spec: GpuSpec, d2h: bool = False) -> int:
+    """A host<->device copy: ``pcie_latency_ns`` + bytes at the link's rate in its direction
+    (pinned), or at the slower of the host's staging copy and the link (pageable: the calling
+    thread copies through the driver's pinned staging buffer with the DMA streaming behind it,
+    as the replay's ``none`` protocol prices it; docs/machine.md)."""
+    link = spec.pcie_d2h_gb_s if d2h else spec.pcie_h2d_gb_s
+    bw = link if pinned else min(spec.pcie_pageable_gb_s, link)
     return spec.pcie_latency_ns + _ns(nbytes / (bw * 1e9))
 
 

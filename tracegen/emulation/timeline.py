@@ -257,7 +257,7 @@ class Recorder:
             mem = HostMem.NONE
             label = "Memcpy DtoD (Device -> Device)"
         else:
-            dur = costmodel.h2d_d2h_ns(nbytes, pinned, spec)
+            dur = costmodel.h2d_d2h_ns(nbytes, pinned, spec, d2h=direction == CopyDir.D2H)
             mem = HostMem.PINNED if pinned else HostMem.PAGEABLE
             kind = "Pinned" if pinned else "Pageable"
             label = ("Memcpy HtoD (%s -> Device)" if direction == CopyDir.H2D else "Memcpy DtoH (Device -> %s)") % kind

@@ -25,7 +25,7 @@ import os
 from importlib.metadata import EntryPoint, entry_points
 from typing import Callable, Sequence
 
-from fastrack_core.errors import FastrackError, PluginError, TraceFormatError, shown
+from fastrack_core.errors import FastrackError, PluginError, TraceFormatError, closest, shown
 from fastrack_core.outputs import check_input_path
 from fastrack_core.sniff import (PARQUET_NOT_PROFILER_HINT, PARQUET_TRACE_HINT, SQLITE_MAGIC, looks_like_json,
                                  not_a_profiler_trace_hint, plain_head)
@@ -221,7 +221,7 @@ def load_importer(name: str) -> Importer:
     that does not load or is not an :class:`Importer`."""
     eps = _entry_points()
     if name not in eps:
-        raise PluginError(f"unknown input format {shown(name)}; installed formats: {', '.join(sorted(eps)) or '(none)'}")
+        raise PluginError(f"unknown input format {shown(name)}{closest(name, eps)}; installed formats: {', '.join(sorted(eps)) or '(none)'}")
     try:
         obj = eps[name].load()
     except Exception as exc:  # a broken third-party plug-in: say which one
@@ -319,7 +319,7 @@ def choose(inputs: Sequence[str | os.PathLike], fmt: str = AUTO) -> Importer:
     if not inputs:
         raise TraceFormatError("no input files")
     if fmt != AUTO and fmt not in _entry_points():
-        raise TraceFormatError(f"unknown format {shown(fmt)}, expected one of {', '.join((AUTO, *format_names()))}")
+        raise TraceFormatError(f"unknown format {shown(fmt)}{closest(fmt, _entry_points())}, expected one of {', '.join((AUTO, *format_names()))}")
     for p in inputs:
         check_input_path(p, allow_dir=True)
         refuse_unconvertible(p)
@@ -341,12 +341,17 @@ def import_inputs(importer: Importer, inputs: Sequence[str], stage: Callable[[st
     from tracegen.deps import derive_dependencies
 
     inputs = [os.fspath(p) for p in inputs]
-    imp = importer.read(inputs)
-    if not isinstance(imp, RawImport):
-        raise PluginError(f"importer '{importer.name}': read() returned {type(imp).__name__}, not a RawImport")
-    label = imp.files[0] if len(imp.files) == 1 else inputs[0] if len(inputs) == 1 else None
-    (stage or (lambda _name: None))("dependencies")
-    table = imp.table if imp.table is not None else derive_dependencies(imp.raw, path=label)
+    label = inputs[0] if len(inputs) == 1 else None
+    try:
+        imp = importer.read(inputs)
+        if not isinstance(imp, RawImport):
+            raise PluginError(f"importer '{importer.name}': read() returned {type(imp).__name__}, not a RawImport")
+        label = imp.files[0] if len(imp.files) == 1 else label
+        (stage or (lambda _name: None))("dependencies")
+        table = imp.table if imp.table is not None else derive_dependencies(imp.raw, path=label)
+    except MemoryError:  # (numpy's _ArrayMemoryError too): one line, naming the input, never a traceback
+        raise TraceFormatError(f"out of memory while importing {len(inputs)} input file(s) of format "
+                               f"'{importer.name}' (docs/robustness.md \"Reader limits\")", path=label) from None
     return table, imp.metadata, imp.num_events
 
 

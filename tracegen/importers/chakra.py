@@ -41,7 +41,7 @@ import numpy as np
 
 from fastrack_core.chakra import CollectiveCommType, Node, NodeType, looks_like_et, read_et
 from fastrack_core.errors import TraceFormatError
-from fastrack_core.schema import OP_KIND_BY_LABEL, DepKind, OpKind
+from fastrack_core.schema import MAX_DEPS_PER_NODE, MAX_EDGES, OP_KIND_BY_LABEL, DepKind, OpKind
 from fastrack_core.traceio import make_table, validate_table
 from tracegen.importers.common import SQLITE_MAGIC, RawImport, read_head_plain
 
@@ -125,6 +125,77 @@ def _int_attr(node: Node, name: str, path: str, *, default: int | None = None, n
     return v
 
 
+def _bridge(by_id: dict[int, Node], path: str):
+    """``real_deps(node)``: the dependencies of ``node`` with every no-work node replaced by its own
+    (bridged, transitively), each node once, in first-seen order. Iterative (a chain of any length
+    needs no recursion) and memoised per no-work node; the work is bounded by
+    :data:`~fastrack_core.schema.MAX_EDGES` steps and each result by
+    :data:`~fastrack_core.schema.MAX_DEPS_PER_NODE` entries, so layers of no-work nodes that each
+    depend on all of the layer before (2^layers paths) cost their distinct ends only."""
+    memo: dict[int, list[int]] = {}  # no-work node -> its bridged real deps
+    budget = [MAX_EDGES]
+
+    def spend(k: int) -> None:
+        budget[0] -= k
+        if budget[0] < 0:
+            raise TraceFormatError(f"bridging dependencies through no-work nodes takes more than {MAX_EDGES:,} steps "
+                                   "(fastrack_core.schema.MAX_EDGES)", path=path)
+
+    def merged(nid: int, deps: list[int]) -> list[int]:
+        out: dict[int, None] = {}
+        for d in deps:
+            src = by_id.get(d)
+            if src is None:
+                raise TraceFormatError(f"node {nid}: field 'Node.data_deps' names node {d}, which is not in the file",
+                                       path=path)
+            if src.type in _NO_WORK:
+                got = memo[d]
+                spend(len(got) + 1)
+                out.update(dict.fromkeys(got))
+            else:
+                spend(1)
+                out[d] = None
+            if len(out) > MAX_DEPS_PER_NODE:
+                raise TraceFormatError(f"node {nid}: field 'Node.data_deps' bridges to more than {MAX_DEPS_PER_NODE:,} "
+                                       "dependencies (fastrack_core.schema.MAX_DEPS_PER_NODE)", path=path)
+        return list(out)
+
+    def resolve(root: int) -> None:
+        """Fills ``memo`` for the no-work node ``root`` and every no-work node it reaches (DFS
+        with an explicit stack; a node on the stack met again is a cycle)."""
+        on_stack: set[int] = {root}
+        stack = [(root, iter(by_id[root].data_deps))]
+        while stack:
+            nid, it = stack[-1]
+            for d in it:
+                src = by_id.get(d)
+                if src is not None and src.type in _NO_WORK and d not in memo:
+                    if d in on_stack:
+                        raise TraceFormatError(f"node {d}: field 'Node.data_deps' forms a cycle", path=path)
+                    on_stack.add(d)
+                    stack.append((d, iter(src.data_deps)))
+                    break
+            else:
+                stack.pop()
+                on_stack.discard(nid)
+                memo[nid] = merged(nid, by_id[nid].data_deps)
+
+    def real_deps(node: Node) -> list[int]:
+        bridging = False
+        for d in node.data_deps:
+            src = by_id.get(d)
+            if src is not None and src.type in _NO_WORK:
+                bridging = True
+                if d not in memo:
+                    resolve(d)
+        if not bridging and all(d in by_id for d in node.data_deps):  # as stated (a repeated dep kept)
+            spend(len(node.data_deps))
+            return list(node.data_deps)
+        return merged(node.id, node.data_deps)
+
+    return real_deps
+
+
 def _file_rows(path: str, nodes: list[Node], rank: int) -> list[dict[str, Any]]:
     """One row per node that does work, with its local dependencies as node ids (bridged)."""
     by_id: dict[int, Node] = {}
@@ -134,25 +205,7 @@ def _file_rows(path: str, nodes: list[Node], rank: int) -> list[dict[str, Any]]:
         if n.type not in set(NodeType):
             raise TraceFormatError(f"node {n.id}: field 'Node.type' has unknown value {n.type}", path=path)
         by_id[n.id] = n
-    bridged: dict[int, list[int]] = {}
-
-    def real_deps(nid: int, seen: frozenset = frozenset()) -> list[int]:
-        if nid in bridged:
-            return bridged[nid]
-        out: list[int] = []
-        for d in by_id[nid].data_deps:
-            if d not in by_id:
-                raise TraceFormatError(f"node {nid}: field 'Node.data_deps' names node {d}, which is not in the file",
-                                       path=path)
-            if by_id[d].type in _NO_WORK:
-                if d in seen:
-                    raise TraceFormatError(f"node {d}: field 'Node.data_deps' forms a cycle", path=path)
-                out.extend(real_deps(d, seen | {nid}))
-            else:
-                out.append(d)
-        bridged[nid] = out
-        return out
-
+    real_deps = _bridge(by_id, path)
     rows = []
     for n in nodes:
         if n.type in _NO_WORK:
@@ -167,7 +220,7 @@ def _file_rows(path: str, nodes: list[Node], rank: int) -> list[dict[str, Any]]:
             key = _int_attr(n, "tid", path)
         if key is None:
             key = SYNTHETIC_LANE_BASE + lane if lane is not None else 0
-        deps = real_deps(n.id)
+        deps = real_deps(n)
         kinds = n.attr("fastrack_dep_kinds")
         lags_ok = isinstance(kinds, list) and len(kinds) == len(n.data_deps) and deps == list(n.data_deps)
         nbytes = _int_attr(n, "fastrack_bytes", path, nonneg=True)
@@ -251,7 +304,7 @@ def _default_kind(src: dict[str, Any], dst: dict[str, Any]) -> int:
     return int(DepKind.STREAM) if src["stream"] == dst["stream"] else int(DepKind.EVENT)
 
 
-def _collective_deps(rows: list[dict[str, Any]]) -> None:
+def _collective_deps(rows: list[dict[str, Any]], path: str | None = None) -> None:
     """``collective`` dependencies between the members of each collective on different ranks."""
     members: dict[Any, list[int]] = defaultdict(list)
     seq: dict[tuple, int] = defaultdict(int)
@@ -266,6 +319,10 @@ def _collective_deps(rows: list[dict[str, Any]]) -> None:
             key = ("s", r.get("coll_group"), r.get("coll_type"), seq[k])
             seq[k] += 1
         members[key].append(i)
+    pairs = sum(len(idxs) * (len(idxs) - 1) for idxs in members.values())
+    if pairs > MAX_EDGES:  # (each member names every other: the fan-out of a collective over many ranks)
+        raise TraceFormatError(f"collectives across the ranks need {pairs:,} 'collective' dependencies, more than "
+                               f"{MAX_EDGES:,} (fastrack_core.schema.MAX_EDGES)", path=path)
     for idxs in members.values():
         for i in idxs:
             for j in idxs:
@@ -301,6 +358,9 @@ def read_with_ids(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> tup
         frows = _file_rows(p, nodes, rank)
         if not frows:
             raise TraceFormatError(f"empty trace: no node that does work among {len(nodes)} nodes", path=p)
+        if not any(r["dur_ns"] for r in frows):  # (Chakra's converter may leave every duration unset)
+            raise TraceFormatError(f"no node carries a duration ('duration_micros' and 'attr.fastrack_dur_ns' are 0 or "
+                                   f"absent on all {len(frows)} nodes that do work): a replay would take 0 ns", path=p)
         if any(r["start_ns"] is None for r in frows):
             if any(r["start_us"] for r in frows):
                 for r in frows:
@@ -331,7 +391,7 @@ def read_with_ids(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> tup
                 raise TraceFormatError(f"node {r['node']}: field 'attr.fastrack_remote_deps' names node {d}, which "
                                        "is in none of the files", path=files[r["file"]])
             r["edges"].append((glob[d], int(k)))
-    _collective_deps(rows)
+    _collective_deps(rows, files[0] if len(files) == 1 else None)
     table, node_ids = _table(rows, files)
     metadata = {
         "source_format": "chakra-et", "source_files": [Path(f).name for f in files], "capture_tool": "Chakra ET",

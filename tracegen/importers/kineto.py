@@ -62,7 +62,7 @@ import numpy as np
 
 from fastrack_core.errors import TraceFormatError
 from fastrack_core.markers import REQUEST_PREFIX, parse_request_marker
-from fastrack_core.schema import MAX_SPAN_NS, CopyDir, HostMem, OpKind
+from fastrack_core.schema import MAX_EVENT_BYTES, MAX_NAME_CHARS, MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
 from tracegen.deps.raw import RawColumns, as_frame
 from tracegen.importers import kinetoscan
@@ -77,6 +77,7 @@ try:  # the C backend is ~10x faster than the pure-Python one; ijson picks it by
     _backend = ijson.get_backend("yajl2_c")
 except ImportError:  # pragma: no cover - depends on the installation
     _backend = ijson
+_PY_BACKEND = ijson.get_backend("python")  # integers of any width (yajl's stop at 64 bits)
 
 CHUNK = 1 << 18
 MAX_JSON_DEPTH = 64  # nesting of one value (Kineto writes at most 4); deeper values are refused
@@ -258,11 +259,21 @@ def _json_error(exc: BaseException, path: str, where: _Counted | None = None) ->
 
 def _read_head(path: str) -> tuple[dict[str, Any], str | None]:
     """Whitelisted top-level keys before ``traceEvents`` and the events prefix (None: no events)."""
+    try:
+        return _read_head_with(path, _backend)
+    except _WideInteger as wide:
+        try:
+            return _read_head_with(path, _PY_BACKEND)
+        except (ijson.JSONError, ValueError):
+            raise wide.error from None
+
+
+def _read_head_with(path: str, backend) -> tuple[dict[str, Any], str | None]:
     head: dict[str, Any] = {}
     with _open(path) as raw:
         f = _Counted(raw, path)
         try:
-            events = _backend.parse(f, use_float=True)  # numbers as the events and the tail read them
+            events = backend.parse(f, use_float=True)  # numbers as the events and the tail read them
             first = next(events, None)
             if first is None:
                 raise TraceFormatError("empty JSON document", path=path)
@@ -304,6 +315,8 @@ def _read_head(path: str) -> tuple[dict[str, Any], str | None]:
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise _io_error(exc, path) from None
         except ijson.JSONError as exc:
+            if backend is not _PY_BACKEND and "integer overflow" in str(exc):
+                raise _WideInteger(_json_error(exc, path, f)) from None
             raise _json_error(exc, path, f) from None
 
 
@@ -361,6 +374,8 @@ class _TailReader:
         if n == 0:  # ijson probes with read(0) for bytes vs str
             return self.f.read(0)
         data = self.f.read(CHUNK if n is None or n < 0 else max(n, CHUNK))
+        # the bound of the compiled reader too (kinetoscan.event_too_long): no event ends in 16 MiB
+        kinetoscan.event_too_long(self.count * CHUNK + len(data), self.mark * CHUNK if self.mark >= 0 else -1, CHUNK)
         keep = self.keep
         while keep and (keep[0][0] < self.mark or self.kept > _TAIL_LIMIT and len(keep) > 1):
             self.kept -= len(keep.pop(0)[1])
@@ -450,20 +465,50 @@ def _marked(items, reader: _TailReader):
 def _parse_events(path: str, prefix: str) -> tuple[_FileData, dict[str, Any]]:
     """The streaming reader: events parsed chunk by chunk (bounded memory, any size)."""
     fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
+    try:
+        return _stream_events(path, prefix, fd)
+    except kinetoscan.EventTooLong as exc:
+        raise TraceFormatError(f"a JSON event (or the space before it) after byte {exc.at:,} is longer than "
+                               f"{MAX_EVENT_BYTES:,} bytes (fastrack_core.schema.MAX_EVENT_BYTES)", path=path) from None
+
+
+def _stream_events(path: str, prefix: str, fd: _FileData) -> tuple[_FileData, dict[str, Any]]:
     if kinetoscan.enabled():  # the compiled scanner, when it can (kinetoscan.py), else ijson
         with _open(path) as raw:
             got = kinetoscan.stream(raw, prefix == "item", _CATS, CHUNK, MAX_JSON_DEPTH)
         if got is not None:
             fd.num_events, fd.gpu, fd.rt, fd.sync, fd.ann, fd.rpc, window = got
             return fd, _tail_keys(window) if prefix != "item" else {}
+    try:
+        return _ijson_events(path, prefix, fd, _backend)
+    except _WideInteger as wide:  # yajl stops at an integer beyond 64 bits (rocprof's hive_id): Python's parser reads it
+        fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
+        try:
+            return _ijson_events(path, prefix, fd, _PY_BACKEND)
+        except (ijson.JSONError, ValueError):  # not JSON after all: yajl's error, as before
+            raise wide.error from None
+
+
+class _WideInteger(Exception):
+    """yajl refused an integer beyond 64 bits, which is valid JSON; ``error``: its refusal, kept
+    for a document the Python parser refuses too."""
+
+    def __init__(self, error: TraceFormatError):
+        self.error = error
+        super().__init__()
+
+
+def _ijson_events(path: str, prefix: str, fd: _FileData, backend) -> tuple[_FileData, dict[str, Any]]:
     with _open(path) as raw:
         counted = _Counted(raw, path)
         reader = _TailReader(counted)
         try:
-            n = _collect(path, _marked(_backend.items(reader, prefix, use_float=True), reader), fd)
+            n = _collect(path, _marked(backend.items(reader, prefix, use_float=True), reader), fd)
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise _io_error(exc, path) from None
         except ijson.JSONError as exc:
+            if backend is not _PY_BACKEND and "integer overflow" in str(exc):
+                raise _WideInteger(_json_error(exc, path, counted)) from None
             raise _json_error(exc, path, counted) from None
     fd.num_events = n
     tail = _tail_keys(reader.tail()) if prefix != "item" else {}
@@ -663,6 +708,9 @@ def _check_name_col(names: tuple, path: str, distinct: dict | None = None) -> No
     if set(map(type, names if distinct is None else distinct)) != {str}:
         bad = next(v for v in names if type(v) is not str)
         raise TraceFormatError(f"an event's 'name' is a JSON {_json_type(bad)}, expected a string", path=path)
+    if max(map(len, names if distinct is None else distinct), default=0) > MAX_NAME_CHARS:
+        raise TraceFormatError(f"an event's 'name' is longer than {MAX_NAME_CHARS:,} characters "
+                               "(fastrack_core.schema.MAX_NAME_CHARS)", path=path)
 
 
 def _distinct(names: tuple) -> dict | None:

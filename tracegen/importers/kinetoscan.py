@@ -49,6 +49,7 @@ import zlib
 
 from json.decoder import WHITESPACE
 
+from fastrack_core.schema import MAX_EVENT_BYTES
 from tracegen.importers.jsondepth import DepthGuard
 
 ENV_SWITCH = "FASTRACK_NO_NATIVE_JSON"
@@ -74,6 +75,27 @@ def scan(data: bytes, cats: dict[str, int]) -> tuple | None:
 
 class _Decline(Exception):
     """The streaming scan hands the file back to ijson."""
+
+
+class EventTooLong(Exception):
+    """No event ended within :data:`~fastrack_core.schema.MAX_EVENT_BYTES` bytes: ``at`` is the
+    file offset of the chunk holding the end of the last complete event (0: none yet). Raised by
+    both streaming readers at the same chunk (:func:`event_too_long`), refused by the caller."""
+
+    def __init__(self, at: int):
+        self.at = at
+        super().__init__(at)
+
+
+def event_too_long(read: int, last_end: int, chunk: int) -> None:
+    """Raise :class:`EventTooLong` when more than ``MAX_EVENT_BYTES`` plus one chunk were read
+    (``read`` bytes so far) since the start of the chunk holding ``last_end``, the end of the last
+    complete event (-1: none yet), without another event ending: a single event, or the space
+    between two, that long is refused, so no reader holds more of it (the compiled one would keep
+    joining it, ijson would build it)."""
+    at = (last_end // chunk) * chunk if last_end >= 0 else 0
+    if read - at > MAX_EVENT_BYTES + chunk:
+        raise EventTooLong(at)
 
 
 def stream(f, bare: bool, cats: dict[str, int], chunk: int, depth_limit: int,
@@ -206,6 +228,7 @@ class _Stream:
             grew = False
             while self.held < want and self.more():
                 grew = True
+                event_too_long(self.read, last, self.chunk)
             if not grew:
                 raise _Decline  # the file ends inside the array
 
@@ -272,4 +295,4 @@ _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 _WS = b" \t\n\r"
 
-__all__ = ["ENV_SWITCH", "enabled", "scan", "stream"]
+__all__ = ["ENV_SWITCH", "EventTooLong", "enabled", "event_too_long", "scan", "stream"]

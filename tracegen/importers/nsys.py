@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from fastrack_core.errors import TraceFormatError
-from fastrack_core.schema import OpKind
+from fastrack_core.schema import MAX_NAME_CHARS, MAX_NODES_PER_FILE, OpKind
 from fastrack_core.sniff import NSYS_REPORT_HINT, is_nsys_report
 from tracegen.importers.common import SQLITE_MAGIC, RawImport, read_head
 
@@ -195,12 +195,25 @@ def _enum_join(tables: set[str], conn, enum: str, alias: str, on: str) -> tuple[
 
 _INT_COLUMNS = frozenset({"start", "end", "device", "stream", "corr", "gpid", "gtid", "bytes", "event", "event_sync"})
 _INT64 = (-(2**63), 2**63 - 1)
+_TEXT_COLUMNS = frozenset({"dname", "sname", "name", "text"})  # names of ops and NVTX ranges
 
 
 def _query(conn: sqlite3.Connection, sql: str, names: list[str]) -> pd.DataFrame:
     """Rows of ``sql`` as a frame. SQLite types are per value, so an integer column may hold text,
-    a float or a blob: those are refused here, naming the table and the column (never the value)."""
+    a float or a blob: those are refused here, naming the table and the column (never the value).
+    A table of more than ``MAX_NODES_PER_FILE`` rows is refused before any is fetched, a text
+    longer than ``MAX_NAME_CHARS`` before the frame is built."""
+    table = sql.rsplit(" FROM ", 1)[-1].split()[0]
+    count = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    if count > MAX_NODES_PER_FILE:
+        raise TraceFormatError(f"table {table} has {count:,} rows, more than {MAX_NODES_PER_FILE:,} "
+                               "(the limit of one file: fastrack_core.schema.MAX_NODES_PER_FILE)")
     rows = conn.execute(sql).fetchall()
+    for i, name in enumerate(names):
+        if name in _TEXT_COLUMNS and rows and max((len(r[i]) for r in rows if isinstance(r[i], (str, bytes))),
+                                                  default=0) > MAX_NAME_CHARS:
+            raise TraceFormatError(f"table {table}: a text for '{name}' is longer than {MAX_NAME_CHARS:,} characters "
+                                   "(fastrack_core.schema.MAX_NAME_CHARS)")
     df = pd.DataFrame.from_records(rows, columns=names)
     for name in names:
         if name not in _INT_COLUMNS and len(df) and df[name].dtype == object:  # a text column may hold a blob
@@ -348,6 +361,14 @@ def _read_kernels(conn, tables) -> pd.DataFrame:
     return _query(conn, sql, names)
 
 
+# CUPTI's CUpti_ActivityMemcpyKind (docs/sources.md [S42]): the numbers of
+# ``copyKind``, which Nsight copies from the CUPTI record; used only when an export has no
+# ENUM_CUDA_MEMCPY_OPER table (Nsight Systems 2022.x and older). Memory kinds and sync types are
+# never guessed this way (Nsight's numbers for those are not CUPTI's, or moved between versions).
+CUPTI_MEMCPY_KIND = {1: "HTOD", 2: "DTOH", 3: "HTOA", 4: "ATOH", 5: "ATOA", 6: "ATOD", 7: "DTOA", 8: "DTOD",
+                     9: "HTOH", 10: "PTOP"}
+
+
 def _read_memcpy(conn, tables) -> pd.DataFrame:
     names = ["start", "end", "device", "stream", "corr", "gpid", "bytes",
              "ck_name", "ck_label", "sk_name", "sk_label", "dk_name", "dk_label"]
@@ -355,6 +376,9 @@ def _read_memcpy(conn, tables) -> pd.DataFrame:
         return pd.DataFrame(columns=names)
     c = _columns(conn, MEMCPY_TABLE)
     ckn, ckl, ckj = _enum_join(tables, conn, "ENUM_CUDA_MEMCPY_OPER", "ck", 'm."copyKind"')
+    if "ENUM_CUDA_MEMCPY_OPER" not in tables and "copyKind" in c:  # older exports (nsys 2022.x): CUPTI's numbers
+        ckn = ("CASE m.\"copyKind\" " + " ".join(f"WHEN {k} THEN '{v}'" for k, v in CUPTI_MEMCPY_KIND.items())
+               + " END")
     if "srcKind" in c:
         skn, skl, skj = _enum_join(tables, conn, "ENUM_CUDA_MEM_KIND", "sk", 'm."srcKind"')
     else:
@@ -368,13 +392,7 @@ def _read_memcpy(conn, tables) -> pd.DataFrame:
         f'{_col(c, "m", "correlationId")}, {_col(c, "m", "globalPid")}, {_col(c, "m", "bytes", "0")}, '
         f"{ckn}, {ckl}, {skn}, {skl}, {dkn}, {dkl} FROM {MEMCPY_TABLE} m{ckj}{skj}{dkj}"
     )
-    df = _query(conn, sql, names)
-    if len(df) and "ENUM_CUDA_MEMCPY_OPER" not in tables:
-        raise TraceFormatError(
-            f"table {MEMCPY_TABLE} has {len(df)} row(s) but ENUM_CUDA_MEMCPY_OPER is missing, "
-            "so copy directions cannot be decoded; re-export with a current `nsys export --type sqlite`"
-        )
-    return df
+    return _query(conn, sql, names)
 
 
 def _read_memset(conn, tables) -> pd.DataFrame:

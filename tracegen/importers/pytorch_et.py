@@ -33,7 +33,7 @@ from typing import Any, Iterable
 
 from fastrack_core.chakra import read_bytes
 from fastrack_core.errors import TraceFormatError
-from fastrack_core.schema import OpKind
+from fastrack_core.schema import MAX_NAME_CHARS, MAX_NODES_PER_FILE, OpKind
 from tracegen.deps.raw import as_frame
 from tracegen.importers import kineto
 from tracegen.importers.common import RawImport, read_head_plain
@@ -97,8 +97,13 @@ class EtFile:
     ops: list[EtOp] = field(default_factory=list)
 
 
+# a PyTorch ET is parsed whole with ``json``, whose objects take about ten times the text: the
+# decompressed document is capped lower than a protobuf ET (docs/robustness.md "Reader limits")
+MAX_ET_JSON_BYTES = 256 << 20
+
+
 def _load_json(path: str) -> Any:
-    data = read_bytes(path)  # gzip or plain, with one-line errors (fastrack_core.chakra)
+    data = read_bytes(path, MAX_ET_JSON_BYTES)  # gzip or plain, capped, with one-line errors (fastrack_core.chakra)
     try:
         return json.loads(data)
     except RecursionError:
@@ -148,6 +153,9 @@ def read_et(path: str) -> EtFile:
     nodes = doc.get("nodes")
     if not isinstance(nodes, list):
         raise TraceFormatError("field 'nodes' is missing or not an array", path=path)
+    if len(nodes) > MAX_NODES_PER_FILE:
+        raise TraceFormatError(f"holds more than {MAX_NODES_PER_FILE:,} nodes (the limit of one file: "
+                               "fastrack_core.schema.MAX_NODES_PER_FILE)", path=path)
     et = EtFile(path=path, schema=doc["schema"], pid=pid)
     for i, n in enumerate(nodes):
         if not isinstance(n, dict):
@@ -155,6 +163,9 @@ def read_et(path: str) -> EtFile:
         name = n.get("name")
         if not isinstance(name, str):
             raise TraceFormatError(f"node {i}: field 'name' is missing or not a string", path=path)
+        if len(name) > MAX_NAME_CHARS:
+            raise TraceFormatError(f"node {i}: field 'name' is longer than {MAX_NAME_CHARS:,} characters "
+                                   "(fastrack_core.schema.MAX_NAME_CHARS)", path=path)
         if name.startswith(_ROOT_PREFIX):
             continue
         a = _attrs(n)

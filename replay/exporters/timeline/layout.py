@@ -25,11 +25,16 @@ Holistic Trace Analysis and Perfetto read a replay as they read a profile:
   carry ``staged: true``. A zero-length GPU slice would also break HTA, which rounds starts up
   and ends down to whole microseconds;
 * ``ProfilerStep#N`` slices on a ``steps`` track of the host process, spanning the host work of
-  each step the trace marks.
+  each step the trace marks;
+* collectives named as NCCL names its kernels (``ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)``),
+  unless the trace already gave such a name, with the ``args`` PyTorch writes on them
+  (:func:`nccl_names`, :func:`collective_args`): Holistic Trace Analysis counts communication by
+  the name (``^nccl.*Kernel``), TraceLens by the name and those args.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,6 +66,31 @@ KINETO_CAT = {
     OpKind.COLLECTIVE: "kernel",  # NCCL kernels are plain kernels in Kineto
 }
 TEE_CAT = "tee"  # category of the nodes a protocol transform derives (codes >= 16)
+# CPU crypto that runs on a host thread is CPU work of that thread: Kineto's CPU category, so that
+# HTA's critical path takes it as an operator of the thread (named cpu_encrypt, ...) rather than a gap
+HOST_CRYPTO_CAT = "cpu_op"
+
+# NCCL kernel names (NCCL >= 2.19 spells them ncclDevKernel_<Coll>[_<RedOp>_<type>]_<ALGO>_<PROTO>
+# (ncclDevKernelArgsStorage<4096ul>)); HTA's is_comm_kernel matches ^nccl.*Kernel
+NCCL_KERNEL_RE = re.compile(r"^nccl.*Kernel")
+NCCL_ARGS = "(ncclDevKernelArgsStorage<4096ul>)"
+# collective of a name (letters only, lower case) -> (NCCL kernel stem, PyTorch's "Collective name",
+# reduces?); searched in this order, so reduce_scatter is not taken for reduce
+NCCL_COLLECTIVES = (
+    ("allreduce", "AllReduce", "allreduce", True),
+    ("reducescatter", "ReduceScatter", "reduce_scatter", True),
+    ("allgather", "AllGather", "allgather", False),
+    ("alltoall", "SendRecv", "all_to_all", False),
+    ("broadcast", "Broadcast", "broadcast", False),
+    ("reduce", "Reduce", "reduce", True),
+    ("send", "SendRecv", "send", False),
+    ("recv", "SendRecv", "recv", False),
+)
+# assumption: collectives whose trace records no element type carry fp32 (torch DDP all-reduces
+# gradients in the parameters' dtype, fp32 unless a comm hook compresses them); only the name's
+# type field and the element counts (bytes / 4) depend on it, not any time
+NCCL_DTYPE, NCCL_DTYPE_TORCH, NCCL_DTYPE_BYTES = "f32", "Float", 4
+NCCL_ALGO = "RING_LL"  # assumption: a label only (NCCL picks algorithm and protocol by size)
 GPU_OP_KINDS = np.array([int(k) for k in (OpKind.KERNEL, OpKind.MEMCPY, OpKind.MEMSET, OpKind.COLLECTIVE)], np.int8)
 HOST_OP_KINDS = np.array([int(k) for k in (OpKind.CPU, OpKind.RUNTIME, OpKind.SYNC)], np.int8)
 
@@ -103,6 +133,10 @@ class Layout:
     correlation: np.ndarray  # int64 per node: Kineto correlation id, -1 for none
     start: np.ndarray  # int64 per node: where the slice starts (sched.start, except staged GPU ops)
     staged: np.ndarray  # bool per node: a GPU op drawn over the span its stream was held (see above)
+    name: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # int32 per node: index into names
+    names: tuple[str, ...] = ()  # slice names: the graph's, then the NCCL names given to collectives
+    collective: dict[int, str] = field(default_factory=dict)  # node -> its collective args (JSON members, ',' ended)
+    host_crypto: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # bool per node: CPU crypto on a host thread
     steps: list[tuple[int, int, int, int]] = field(default_factory=list)  # (track, step, start ns, end ns)
     counters: list[tuple[int, str, np.ndarray, np.ndarray]] = field(default_factory=list)  # (pid, name, t, value)
     rank_pid: dict[int, int] = field(default_factory=dict)  # host pid per rank
@@ -127,8 +161,19 @@ def _split_overlaps(track: np.ndarray, start: np.ndarray, finish: np.ndarray, no
         return sub
     for tr in np.unique(t[1:][clash]).tolist():
         pos = np.flatnonzero(t == tr)
+        # independent segments: a slice that starts after every earlier one on the track ended
+        # empties every stack. Only segments of two slices or more (those holding an overlap)
+        # need the pass; a lone slice goes on sub-track 0
+        ps, pf = s[pos], f[pos]
+        opens = np.r_[True, ps[1:] >= np.maximum.accumulate(pf)[:-1]]
+        seg = np.cumsum(opens) - 1
+        sizes = np.bincount(seg)
+        pos = pos[sizes[seg] > 1]
+        opens = opens[sizes[seg] > 1]
         stacks: list[list[int]] = []
-        for p in pos.tolist():
+        for p, fresh in zip(pos.tolist(), opens.tolist()):
+            if fresh:
+                stacks = []
             si, fi = int(s[p]), int(f[p])
             for k, stack in enumerate(stacks):
                 while stack and stack[-1] <= si:
@@ -168,6 +213,17 @@ def _launch_pairs(graph: OpGraph) -> tuple[np.ndarray, np.ndarray]:
         src[np.flatnonzero(derived)] = mapped
     host = np.isin(graph.kind[np.maximum(src, 0)], HOST_OP_KINDS) & (src >= 0)
     return src[host], d[host]
+
+
+def _launch_ready(graph: OpGraph, sched: Schedule) -> np.ndarray:
+    """Per node, the earliest start its LAUNCH edges allow (the call's start + the edge's lag, the
+    engine's rule), or the int64 minimum where it has none."""
+    ready = np.full(graph.n, np.iinfo(np.int64).min, np.int64)
+    dst = np.repeat(np.arange(graph.n, dtype=np.int64), np.diff(graph.dep_ptr))
+    e = np.flatnonzero(graph.dep_kind == DepKind.LAUNCH)
+    if e.size:
+        np.maximum.at(ready, dst[e], sched.start[graph.dep_src[e]] + graph.dep_lag[e])
+    return ready
 
 
 def _step_spans(graph: OpGraph, sched: Schedule, host_nodes: np.ndarray) -> list[tuple[int, int, int, int]]:
@@ -221,7 +277,7 @@ def _staged_starts(graph: OpGraph, sched: Schedule) -> tuple[np.ndarray, np.ndar
     dkey, dstart = dkey[order], sched.start[derived][order]
     first = np.r_[True, dkey[1:] != dkey[:-1]]
     ukey, ustart = dkey[first], dstart[first]  # earliest stage start per (rank, origin op)
-    gkey = (graph.rank[gpu].astype(np.int64) << 40) + graph.op_id[gpu]
+    gkey = (graph.rank[gpu].astype(np.int64) << 40) + graph.origin[gpu]  # (a what-if collective: its marker)
     pos = np.minimum(np.searchsorted(ukey, gkey), ukey.size - 1)
     hit = ukey[pos] == gkey
     gpu, first_stage = gpu[hit], ustart[pos[hit]]
@@ -231,10 +287,92 @@ def _staged_starts(graph: OpGraph, sched: Schedule) -> tuple[np.ndarray, np.ndar
     prev_finish = np.full(graph.n, np.iinfo(np.int64).min, np.int64)
     same = graph.lane[lo[1:]] == graph.lane[lo[:-1]]
     prev_finish[lo[1:][same]] = sched.finish[lo[:-1]][same]
-    s = np.minimum(np.maximum(first_stage, prev_finish[gpu]), sched.finish[gpu])
+    # never before its launch allows: a collective's first stage on this rank may be a receive
+    # that began before the rank launched the kernel (HTA's queue length would go below 0)
+    launch = _launch_ready(graph, sched)[gpu]
+    s = np.minimum(np.maximum(np.maximum(first_stage, prev_finish[gpu]), launch), sched.finish[gpu])
     start[gpu] = s
     staged[gpu] = s < sched.finish[gpu]
     return start, staged
+
+
+def _collective_of(name: str) -> tuple[str, str, bool] | None:
+    key = re.sub(r"[^a-z]", "", name.lower())
+    for word, stem, torch_name, reduces in NCCL_COLLECTIVES:
+        if word in key:
+            return stem, torch_name, reduces
+    return None
+
+
+def nccl_name(name: str) -> str:
+    """The name NCCL gives the kernel of the collective ``name`` (kept when it is one already)."""
+    if NCCL_KERNEL_RE.match(name):
+        return name
+    coll = _collective_of(name)
+    if coll is None:
+        return f"ncclDevKernel_Generic{NCCL_ARGS}"
+    stem, _, reduces = coll
+    if stem == "SendRecv":
+        return f"ncclDevKernel_SendRecv{NCCL_ARGS}"
+    middle = f"_Sum_{NCCL_DTYPE}" if reduces else ""
+    return f"ncclDevKernel_{stem}{middle}_{NCCL_ALGO}{NCCL_ARGS}"
+
+
+def nccl_names(graph: OpGraph) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Per node, the index of its slice name, and the names: the graph's, then the NCCL names of
+    collectives whose trace name is not one (a name used by other nodes too keeps its meaning there)."""
+    names = list(graph.names)
+    name = graph.name.astype(np.int32, copy=True)
+    coll = np.flatnonzero(graph.kind == OpKind.COLLECTIVE)
+    if not coll.size:
+        return name, tuple(names)
+    index = {s: k for k, s in enumerate(names)}
+    for old in np.unique(name[coll]).tolist():
+        new = nccl_name(names[old])
+        if new != names[old]:
+            if new not in index:
+                index[new] = len(names)
+                names.append(new)
+            name[coll[name[coll] == old]] = index[new]
+    return name, tuple(names)
+
+
+def collective_args(graph: OpGraph) -> dict[int, str]:
+    """The ``args`` of each collective node as PyTorch writes them on an NCCL kernel (the
+    members TraceLens reads: ``Collective name``, ``Process Group Name``/``Ranks``, ``Group
+    size``, ``dtype``, ``In``/``Out msg nelems``, split sizes), as JSON members each ended by a
+    comma. The group is the collective's barrier group (its members on every rank), or, where
+    the protocol replaced the barrier by messages (the TEE protocols drop the groups) or the
+    trace gave none, every rank of the replay (the default process group); process groups are
+    numbered by their rank sets in order of first appearance."""
+    coll = np.flatnonzero(graph.kind == OpKind.COLLECTIVE)
+    if not coll.size:
+        return {}
+    grp = graph.group[coll]
+    member_ranks: dict[int, list[int]] = {}
+    grouped = coll[grp >= 0]
+    if grouped.size:
+        order = np.lexsort((graph.rank[grouped], graph.group[grouped]))
+        g, r = graph.group[grouped][order], graph.rank[grouped][order]
+        first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        for lo, hi in zip(first.tolist(), np.r_[first[1:], g.size].tolist()):
+            member_ranks[int(g[lo])] = sorted(set(r[lo:hi].tolist()))
+    world = sorted(set(np.unique(graph.rank).tolist()))
+    pg_names: dict[tuple[int, ...], int] = {}
+    coll_of_name: dict[int, tuple[str, str, bool] | None] = {}
+    out = {}
+    for i, gi, b, nm in zip(coll.tolist(), grp.tolist(), graph.bytes[coll].tolist(), graph.name[coll].tolist()):
+        ranks = tuple(member_ranks.get(gi, world))
+        pg = pg_names.setdefault(ranks, len(pg_names))
+        if nm not in coll_of_name:
+            coll_of_name[nm] = _collective_of(graph.names[nm])
+        c = coll_of_name[nm]
+        nel = max(int(b), 0) // NCCL_DTYPE_BYTES
+        out[i] = (f'"Collective name":"{c[1] if c else "unknown"}","Process Group Name":"{pg}",'
+                  f'"Process Group Ranks":[{",".join(map(str, ranks))}],"Group size":{len(ranks)},'
+                  f'"dtype":"{NCCL_DTYPE_TORCH}","In msg nelems":{nel},"Out msg nelems":{nel},'
+                  f'"In split size":[],"Out split size":[],')
+    return out
 
 
 def _host_tid(key: int, lane: int) -> int:
@@ -326,8 +464,9 @@ def build_layout(graph: OpGraph, sched: Schedule, protocol: str) -> Layout:
     tracks: list[Track] = []
     index: dict[tuple[int, int], int] = {}
     final = np.empty(all_nodes.size, np.int32)
-    pairs = np.unique(np.stack([all_base, sub.astype(np.int64)], axis=1), axis=0) if all_nodes.size else []
-    for b, k in (pairs.tolist() if len(pairs) else []):
+    keys = all_base * 1_000_000 + sub  # (track, sub-track) in one sortable key (sub-tracks < 10^6)
+    uk, inv = np.unique(keys, return_inverse=True)
+    for b, k in ((int(u) // 1_000_000, int(u) % 1_000_000) for u in uk.tolist()):
         t = base[b]
         if k == 0:
             tracks.append(t)
@@ -335,8 +474,6 @@ def build_layout(graph: OpGraph, sched: Schedule, protocol: str) -> Layout:
             tracks.append(Track(t.pid, synthetic_tid(t.pid), f"{t.name} #{k}", t.sort, t.stream, t.device))
         index[(b, k)] = len(tracks) - 1
     if all_nodes.size:
-        keys = all_base * 1_000_000 + sub
-        uk, inv = np.unique(keys, return_inverse=True)
         ids = np.array([index[(int(u) // 1_000_000, int(u) % 1_000_000)] for u in uk.tolist()], np.int32)
         final = ids[inv.reshape(-1)]
     # an empty cpu_crypto lane (crypto inline, nothing mirrored) gets no track: only non-empty tracks are drawn
@@ -362,6 +499,10 @@ def build_layout(graph: OpGraph, sched: Schedule, protocol: str) -> Layout:
         counters.append((process(int(lanes.rank[lane]), TEE).pid, BOUNCE_COUNTER, t, v))
 
     procs = sorted(processes.values(), key=lambda p: p.sort)
+    name, names = nccl_names(graph)
+    host_crypto = np.zeros(n, bool)
+    host_crypto[mirror] = True
     return Layout(processes=procs, tracks=tracks, node_track=final[:n], mirror_node=mirror,
-                  mirror_track=final[n:], flow_src=src, flow_dst=dst, correlation=corr, start=drawn, staged=staged, steps=steps,
+                  mirror_track=final[n:], flow_src=src, flow_dst=dst, correlation=corr, start=drawn, staged=staged,
+                  name=name, names=names, collective=collective_args(graph), host_crypto=host_crypto, steps=steps,
                   counters=counters, rank_pid={p.rank: p.pid for p in procs if p.side == HOST})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
@@ -67,14 +68,34 @@ def die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="fastrack-parent-watch", daemon=True).start()
 
 
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+                   r"|\[[0-9A-Fa-f:.]{2,45}\])")
+
+
 def dask_address(spec: str) -> str:
+    """The scheduler address of ``--executor dask://HOST:PORT`` (or ``tcp://``/``tls://``
+    ``HOST:PORT``; ``inproc://`` and ``ucx://`` as given). HOST is a host name, an IPv4 address or
+    a bracketed IPv6 address, PORT 1-65535. Refused with a message that never repeats the value
+    (it may carry a password: docs/robustness.md): a user or password part, a path, a bad port."""
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"--executor (a str of {len(spec)} characters): {why}; expected 'local' or dask://HOST:PORT")
+
     for prefix in ("dask://", "tcp://", "tls://", "inproc://", "ucx://"):
         if spec.startswith(prefix):
             rest = spec[len(prefix):]
             if not rest:
                 break
+            if prefix in ("inproc://", "ucx://"):
+                return spec
+            if "@" in rest:
+                raise refuse("a Dask address takes no user or password (Dask would not use them)")
+            host, sep, port = rest.rpartition(":")
+            if not sep or not _HOST.fullmatch(host):
+                raise refuse("not HOST:PORT (a host name, an IPv4 address, or an IPv6 address in brackets)")
+            if not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise refuse("the port must be a number 1-65535")
             return ("tcp://" + rest) if prefix == "dask://" else spec
-    raise ConfigError(f"--executor {spec!r}: expected 'local' or dask://HOST:PORT")
+    raise refuse("unknown executor")
 
 
 @contextlib.contextmanager
@@ -111,18 +132,28 @@ def _dask_executor(address: str, timeout: float):
 
     for name in ("distributed.client", "distributed.comm.core", "distributed.core"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    unreachable = ConfigError(f"cannot reach the Dask scheduler of --executor within {timeout:g} s; is `dask "
+                              "scheduler` running there and the port open?")
+    if address.startswith(("tcp://", "tls://")):
+        # probe the port first: a Client whose constructor fails leaves an object whose __del__
+        # prints a traceback seconds later
+        import socket
+
+        host, _, port = address.split("://", 1)[1].rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except (OSError, ValueError):
+            raise unreachable from None
     try:
         client = Client(address, timeout=timeout, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({msg}); "
-                          "is `dask scheduler` running there and the port open?") from None
+    except (OSError, TimeoutError, ValueError):
+        raise unreachable from None
     try:
         try:
             client.wait_for_workers(1, timeout=timeout)
         except (OSError, TimeoutError):
-            raise ConfigError(f"the Dask scheduler at {address} has no worker (none joined within {timeout:g} s); "
-                              "start one with `dask worker " + address + "`") from None
+            raise ConfigError(f"the Dask scheduler of --executor has no worker (none joined within {timeout:g} s); "
+                              "start one with `dask worker ADDRESS`") from None
         info = client.scheduler_info()
         threads = sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()) or 1
         ex = client.get_executor(pure=False)

@@ -17,10 +17,12 @@ from typing import Any, Sequence
 import click
 
 from fastrack_core.cli_support import reports_errors
-from fastrack_core.errors import ConfigError
+from fastrack_core.errors import ConfigError, shown
 from replay.frontend.options import check_outputs, overwrite_option
 
 DIMENSIONS = ("trace", "preset", "protocol", "model")
+MAX_STYLES = 4  # line styles one can tell apart in a column-wide figure; more values get panels
+MAX_LOG_TICKS = 8  # a log axis labels each swept value up to this many
 
 
 def _read(path: str):
@@ -45,7 +47,7 @@ def _column(df, name: str, option: str, path: str) -> str:
 
         near = difflib.get_close_matches(name, list(df.columns), n=1)
         hint = f"; did you mean {near[0]}?" if near else f"; columns: {', '.join(df.columns[:20])}"
-        raise ConfigError(f"{option} {name}: no such column{hint}", path=path)
+        raise ConfigError(f"{option} {shown(name)}: no such column{hint}", path=path)
     return name
 
 
@@ -58,8 +60,16 @@ def _coerce(series, text: str):
         try:
             return float(text)
         except ValueError:
-            raise ConfigError(f"--where: '{text}' is not a number") from None
+            raise ConfigError(f"--where: the value {shown(text)} is not a number") from None
     return text
+
+
+def _order(v: Any) -> tuple:
+    """Numbers in numeric order (2 before 16), then everything else by its text."""
+    try:
+        return (0, float(v), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(v))
 
 
 def _fmt(v: Any) -> str:
@@ -71,7 +81,8 @@ def _fmt(v: Any) -> str:
 
 def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protocol", facet: str | None = None,
                where: Sequence[str] = (), kind: str = "line", logx: bool = False, logy: bool = False,
-               title: str | None = None, style: str | None = None, sharey: bool = False) -> int:
+               title: str | None = None, style: str | None = None, sharey: bool = False,
+               notes: list[str] | None = None) -> int:
     """Draw the figure; returns the number of lines drawn.
 
     Colour: one per value of ``hue``; line style (and marker): one per value of ``style`` (by
@@ -81,7 +92,7 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
     import pandas as pd
 
     from replay.frontend.figures import (
-        FONT_PT, GREY, LINESTYLES, MARKERS, PAGE_IN, check_format, colours, paper_style, save,
+        FONT_PT, GREY, LINESTYLES, MARKERS, PAGE_IN, check_format, colours, paper_style, save, thin_ticks,
     )
     from replay.frontend.paraminfo import axis_label
 
@@ -95,7 +106,7 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
     for w in where:
         col, sep, val = w.partition("=")
         if not sep:
-            raise ConfigError(f"--where {w!r}: expected COLUMN=VALUE")
+            raise ConfigError(f"--where {shown(w)}: expected COLUMN=VALUE")
         _column(df, col, "--where", path)
         df = df[df[col] == _coerce(df[col], val)]
     if df.empty:
@@ -106,7 +117,10 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
     dims = [c for c in (*DIMENSIONS, *swept) if c in df.columns and c not in (x, hue, facet, style)]
     split: list[str] = []  # what else varies (linked parameters named once)
     linked: dict[str, list[str]] = {}  # a split column -> the columns that always equal it (one swept axis)
+    shown_by = [df[c].reset_index(drop=True) for c in (x, facet) if c]
     for c in dims:
+        if any(df[c].reset_index(drop=True).equals(v) for v in shown_by):
+            continue  # tied to the x axis or the panels (a+b swept together): they already show it
         if df[c].nunique(dropna=False) > 1:
             twin = next((k for k in split if df[c].reset_index(drop=True).equals(df[k].reset_index(drop=True))), None)
             if twin is None:
@@ -116,12 +130,22 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
                 linked[twin].append(c)
     if style is None and split:
         style, split = split[0], split[1:]
+    if facet is None and style is not None and df[style].nunique() > MAX_STYLES:
+        # more line styles than an eye tells apart: one panel per value instead (--facet chooses)
+        if notes is not None:
+            notes.append(f"one panel per value of {style} ({df[style].nunique()} values: more than {MAX_STYLES} "
+                         "line styles cannot be told apart; --facet chooses the panels)")
+        facet, style = style, (split[0] if split else None)
+        split = split[1:] if split else []
+    elif style is not None and df[style].nunique() > MAX_STYLES and notes is not None:
+        notes.append(f"{df[style].nunique()} values of {style} share each panel: more than {MAX_STYLES} line styles "
+                     f"are hard to tell apart (--facet {style}, or --where to keep fewer)")
     names = {c: "+".join(linked.get(c, [c])) for c in (*split, style) if c}
     yscale = 1e-6 if y.endswith("_ns") else 1.0
     panels = sorted(df[facet].dropna().unique()) if facet else [None]
-    hues = sorted(df[hue].dropna().unique(), key=str) if hue else [None]
-    styles = sorted(df[style].dropna().unique(), key=str) if style else [None]
-    others = sorted(df.groupby(split, dropna=False).groups, key=str) if split else [()]
+    hues = sorted(df[hue].dropna().unique(), key=_order) if hue else [None]
+    styles = sorted(df[style].dropna().unique(), key=_order) if style else [None]
+    others = sorted(df.groupby(split if len(split) > 1 else split[0], dropna=False).groups, key=str) if split else [()]
     others = [o if isinstance(o, tuple) else (o,) for o in others]
     colour = dict(zip(hues, colours(len(hues))))
     marker_of_style = not split  # with no third dimension, the marker follows the line style
@@ -156,11 +180,13 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
                                     color=colour[h])
                         lines += 1
             if logx:
-                ax.set_xscale("log")
+                _log_ticks(ax, sub[x])
             if logy:
                 ax.set_yscale("log")
             if panel is not None:
-                ax.set_title(f"{facet}: {_fmt(panel)}" if facet in DIMENSIONS else f"{axis_label(facet)} = {_fmt(panel)}")
+                text = f"{facet}: {_fmt(panel)}" if facet in DIMENSIONS else f"{axis_label(facet)} = {_fmt(panel)}"
+                # wrapped to the panel: a long parameter name must not run into the next panel's title
+                ax.set_title(textwrap.fill(text, max(12, int(panel_in * 72 / (FONT_PT * 0.62)))))
             ax.set_xlabel(axis_label(x))
         for ax in axes[:, 0]:
             ax.set_ylabel(axis_label(y))
@@ -170,6 +196,8 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
         if title:
             fig.suptitle(title, fontsize=FONT_PT + 1)
         fig.tight_layout()
+        for ax in list(axes.flat)[:len(panels)]:
+            thin_ticks(ax, "x")
         if handles:
             leg = fig.legend([h for h, _ in handles], [t for _, t in handles], loc="upper left",
                              bbox_to_anchor=(1.0, 0.97))
@@ -179,6 +207,20 @@ def plot_study(path: str, x: str, y: str, output: str, hue: str | None = "protoc
                     text.set_text(textwrap.fill(t, 26))
         save(fig, output, fmt)
     return lines
+
+
+def _log_ticks(ax, xs) -> None:
+    """A base-10 x axis whose labels are the values a study swept (when there are few), written as
+    plain numbers, with no minor-tick labels: decades alone say little about 4..128 GB/s, and minor
+    labels collide in a narrow panel."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    ax.set_xscale("log")
+    vals = sorted({float(v) for v in xs.dropna() if float(v) > 0})
+    if 0 < len(vals) <= MAX_LOG_TICKS:
+        ax.xaxis.set_major_locator(FixedLocator(vals))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _fmt(float(f"{v:.6g}"))))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _legend_handles(hue, hues, colour, style, styles, split, others, marker_of_style, kind, grey, names):
@@ -232,6 +274,9 @@ def command(results, x, y, hue, style, facet, sharey, where, kind, logx, logy, t
     """Plot a study: METRIC against a parameter, one colour per --hue value, one line style per
     --style value, and a legend section for every other dimension that varies."""
     check_outputs([output], [results], overwrite)
+    notes: list[str] = []
     n = plot_study(results, x, y, output, hue=hue or None, facet=facet, where=where, kind=kind, logx=logx, logy=logy,
-                   title=title, style=style, sharey=sharey)
+                   title=title, style=style, sharey=sharey, notes=notes)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     click.echo(f"wrote {output} ({n} line(s))")

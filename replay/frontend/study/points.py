@@ -19,7 +19,7 @@ import os
 from typing import Any, Iterable, Iterator, Mapping
 
 from fastrack_core.version import __version__
-from fastrack_core.errors import ConfigError, PluginError, shown
+from fastrack_core.errors import ConfigError, PluginError, closest, shown
 from replay.names import CAPTURED, NONE
 from replay.frontend.study.spec import StudySpec, flatten, override_text
 
@@ -111,7 +111,7 @@ class ModelResolver:
             if name not in known:
                 near = difflib.get_close_matches(name, list(known), n=1)
                 hint = f"; did you mean {near[0]}?" if near else f"; known: {', '.join(sorted(known)[:12])}..."
-                raise ConfigError(f"unknown parameter '{name}' for model {self.model} "
+                raise ConfigError(f"unknown parameter {shown(name)} for model {self.model} "
                                   f"(preset {self(preset).preset}){hint}")
 
 
@@ -122,7 +122,7 @@ def check_protocols(protocols: Iterable[str]) -> set[str]:
     available = set(plugins.available_protocols())
     for p in protocols:
         if p != CAPTURED and p.split("+")[0].strip() not in available:  # NAME+OPTION: options checked on load
-            raise PluginError(f"unknown protocol {shown(p)} (available: {', '.join(sorted(available | {CAPTURED}))})")
+            raise PluginError(f"unknown protocol {shown(p)}{closest(p, available | {CAPTURED})} (available: {', '.join(sorted(available | {CAPTURED}))})")
     return available
 
 

@@ -4,9 +4,10 @@ One-at-a-time perturbation around the preset: every numeric model parameter (int
 bool; ``--set`` values fixed first) is multiplied by each factor (``--factors 0.5,2``) while the
 others keep their values, and the trace is replayed. Integer parameters are rounded to the
 nearest integer; a perturbed value the model rejects (out of range) or one that rounds back to the
-baseline, or a zero baseline (a factor cannot move it) is reported with its status and no
+preset value, or a zero preset value (a factor cannot move it) is reported with its status and no
 makespan. Parameters are ranked by their *swing*: the largest relative change of the makespan
-over the factors, ``max |makespan / baseline - 1|``.
+over the factors, ``max |makespan / preset makespan - 1|``. The parameter's unperturbed value is
+the column ``preset_value`` (not "baseline", which names a protocol).
 
 The replays run on the same executors as ``replay sweep`` (local process pool by default) and
 the trace's graph is built once per worker.
@@ -42,8 +43,9 @@ def _perturb(value: Any, factor: float) -> Any:
 
 def sensitivity(trace: str, protocol: str, model: str = DEFAULT_MODEL, preset: str | None = None,
                 overrides: Sequence[str] = (), factors: Sequence[float] = (0.5, 2.0), executor: str | None = None,
-                jobs: int | None = None, progress: bool | None = False):
-    """One row per (parameter, factor), ranked; returns a pandas DataFrame (baseline in attrs)."""
+                jobs: int | None = None, progress: bool | None = False, params: Sequence[str] | None = None):
+    """One row per (parameter, factor), ranked; returns a pandas DataFrame (the preset's makespan
+    in attrs). ``params``: perturb only these (``section.key``) parameters (all numeric ones by default)."""
     import pandas as pd
 
     if not factors:
@@ -62,17 +64,20 @@ def sensitivity(trace: str, protocol: str, model: str = DEFAULT_MODEL, preset: s
     fixed_names = {o.partition("=")[0] for o in fixed}
     rows: list[dict[str, Any]] = []
     points = [base_point]
+    wanted = None if params is None else set(params)
     for name, value in base_flat.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
+        if wanted is not None and name not in wanted:
+            continue
         for f in factors:
-            row = {"parameter": name, "baseline": float(value), "factor": float(f), "value": math.nan,
+            row = {"parameter": name, "preset_value": float(value), "factor": float(f), "value": math.nan,
                    "status": "ok", "key": None}
             new = _perturb(value, f)
             if value == 0:
-                row["status"] = "zero baseline"
+                row["status"] = "zero preset value"
             elif new == value:
-                row["status"] = "rounds to baseline"
+                row["status"] = "rounds to preset value"
             else:
                 row["value"] = float(new)
                 ovr = tuple(sorted([o for o in fixed if o.partition("=")[0] != name] + [override_text(name, new)]))
@@ -117,26 +122,26 @@ def sensitivity(trace: str, protocol: str, model: str = DEFAULT_MODEL, preset: s
     rank = {p: i + 1 for i, p in enumerate(sorted(order.index, key=lambda p: (-order[p], p)))}
     df["rank"] = df["parameter"].map(rank)
     df = df.sort_values(["rank", "factor"], kind="mergesort").reset_index(drop=True)
-    df = df[["rank", "parameter", "baseline", "factor", "value", "makespan_ns", "change", "swing", "status",
+    df = df[["rank", "parameter", "preset_value", "factor", "value", "makespan_ns", "change", "swing", "status",
              "fixed_by_set"]]
     df.attrs.update({"trace": str(trace), "trace_sha256": sha, "protocol": protocol, "model": model,
                      "preset": base_point.resolved.preset, "params_digest": base_point.resolved.digest,
-                     "baseline_makespan_ns": int(base)})
+                     "preset_makespan_ns": int(base)})
     return df
 
 
 def format_table(df, top: int = 20) -> str:
     a = df.attrs
     lines = [f"trace {a['trace']}  protocol {a['protocol']}  model {a['model']}  preset {a['preset']}  "
-             f"baseline makespan {a['baseline_makespan_ns'] / 1e6:.3f} ms",
-             f"{'rank':>4}  {'parameter':<34} {'baseline':>12} " + " ".join(
+             f"makespan at the preset {a['preset_makespan_ns'] / 1e6:.3f} ms",
+             f"{'rank':>4}  {'parameter':<34} {'preset':>12} " + " ".join(
                  f"{'x' + format(f, 'g'):>9}" for f in sorted(df['factor'].unique())) + f" {'swing':>8}"]
     for param, g in list(df.groupby("parameter", sort=False))[:top]:
         cells = []
         for _f, r in g.sort_values("factor").iterrows():
             cells.append(f"{r['change'] * 100:+8.2f}%" if r["change"] == r["change"] else f"{'-':>9}")
         sw_ = g["swing"].iloc[0]
-        b = g["baseline"].iloc[0]
+        b = g["preset_value"].iloc[0]
         b = f"{int(b):,}" if float(b).is_integer() else f"{b:g}"
         lines.append(f"{int(g['rank'].iloc[0]):>4}  {param:<34} {b:>12} " + " ".join(cells)
                      + (f" {sw_ * 100:7.2f}%" if sw_ == sw_ else f" {'-':>8}"))
@@ -163,7 +168,7 @@ def write_table(df, path: str) -> None:
 def plot_tornado(df, path: str, top: int = 20) -> None:
     """Horizontal bars per parameter, ranked: the makespan change (%) when the parameter alone is
     multiplied by each factor, the value written at the end of each bar. A (parameter, factor)
-    that was not run (zero baseline, rounds to the baseline, rejected by the model) has no bar and
+    that was not run (zero preset value, rounds to the preset value, rejected by the model) has no bar and
     says so in grey: it is skipped, not "no effect". Tick labels carry the unit and the preset value."""
     from replay.frontend.figures import COLUMN_IN, GREY, PALETTE, check_format, colours, paper_style, save
     from replay.frontend.paraminfo import unit_of
@@ -201,7 +206,7 @@ def plot_tornado(df, path: str, top: int = 20) -> None:
         for p in params:
             r = df[df["parameter"] == p].iloc[0]
             unit = unit_of(p)
-            b = r["baseline"]
+            b = r["preset_value"]
             b = f"{int(b):,}" if float(b).is_integer() else f"{b:g}"
             labels.append(f"{p} = {b}" + (f" {unit}" if unit and unit not in ("count", "ratio") else ""))
         ax.set_yticklabels(labels, fontsize=6.5)

@@ -172,10 +172,13 @@ def build_spec(traces: Sequence[str], study: str | None, protocols: Sequence[str
 @click.option("--add-none/--no-add-none", default=None,
               help=f"Add the '{NONE}' point each slowdown needs when missing (default on).")
 @dask_timeout_option
+@click.option("--ranges/--no-ranges", default=False, show_default=True,
+              help="After the sweep, give every point's range over its preset's assumption ranges (in this "
+                   "process, about 2 replays per ranged parameter; printed and in --json, not in the table).")
 @json_option
 @reports_errors
 def command(traces, study, protocols, presets, model, overrides, output, executor, jobs, progress, overwrite,
-            add_none, dask_timeout, as_json):
+            add_none, dask_timeout, ranges, as_json):
     """Run a study: TRACES x protocols x presets x parameter values, one Parquet row per point.
 
     'none' is added where a slowdown needs it. Format of study files and of the table:
@@ -195,9 +198,69 @@ def command(traces, study, protocols, presets, model, overrides, output, executo
         raise ConfigError("no output file: give -o results.parquet (or [study] output in the study file)")
     rep = run_sweep(spec, output, executor=executor, jobs=jobs, overwrite=overwrite, progress=progress_default(progress),
                     dask_timeout=dask_timeout, log=logging.getLogger(__name__).debug)  # -v: errors stay one line
+    spans = point_ranges(plan_study(spec).points) if ranges else None
     if as_json:
-        click.echo(json.dumps(dict(dataclasses.asdict(rep), points_per_s=rep.points_per_s), sort_keys=True))
+        click.echo(json.dumps(dict(dataclasses.asdict(rep), points_per_s=rep.points_per_s,
+                                   **({"ranges": spans} if spans is not None else {})), sort_keys=True))
         return
     rate = f", {rep.points_per_s:.1f} points/s" if rep.ran else ""
+    click.echo(result_table(rep.output))
+    if spans is not None:
+        from replay.pipeline.ranges import range_line
+
+        for r in spans:
+            where = " ".join(x for x in (r["trace"], r["preset"] or "", " ".join(r["overrides"])) if x)
+            click.echo(f"{where}: {range_line(r['protocol'], r, r['makespan_ns'], r['slowdown_vs_none'])}")
     click.echo(f"wrote {rep.output}: {rep.rows} rows ({rep.ran} run, {rep.skipped} already done) "
                f"in {rep.seconds:.1f} s{rate}")
+
+
+def point_ranges(points) -> list[dict[str, Any]]:
+    """The range report (:mod:`replay.pipeline.ranges`) of every point but the ``none`` ones, in plan
+    order: one range study per (trace, preset, fixed parameters, scales), each trace's graph built
+    once. Each entry: trace, protocol, preset, overrides, makespan_ns, slowdown_vs_none and the keys
+    of ``replay --ranges --json``."""
+    from replay.pipeline.ranges import RangeStudy
+    from replay.pipeline.results import JSON_DIGITS, slowdown
+    from replay.pipeline.run import load_graph
+
+    graphs: dict[str, Any] = {}
+    studies: dict[tuple, RangeStudy] = {}
+    out = []
+    for pt in points:
+        if pt.protocol == NONE:
+            continue
+        if pt.trace_abs not in graphs:
+            graphs.clear()  # (one trace's graph at a time: points are planned trace by trace)
+            graphs[pt.trace_abs] = load_graph(pt.trace_abs)[0]
+        sk = (pt.trace_abs, pt.preset_arg, pt.overrides, pt.scales)
+        if sk not in studies:
+            studies.clear()
+            studies[sk] = RangeStudy(graphs[pt.trace_abs], pt.model, pt.preset_arg, pt.overrides, dict(pt.scales))
+        d = studies[sk].protocol_range(pt.protocol)
+        m = d["ranges"].get("makespan_ns")  # (the study's own replay at the preset)
+        r = d["ranges"].get("reference_ns")
+        out.append({"trace": pt.trace, "protocol": pt.protocol, "preset": pt.preset_arg, "overrides": list(pt.overrides),
+                    "makespan_ns": m, "slowdown_vs_none": slowdown(m, r, JSON_DIGITS) if m and r else None, **d})
+    return out
+
+
+def result_table(path: str, top: int = 20) -> str:
+    """The study's slowdowns: one row per (trace, preset, swept values), one column per protocol,
+    the first ``top`` rows (the Parquet table has every column)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    meta = json.loads((table.schema.metadata or {}).get(b"fastrack.study", b"{}") or b"{}")
+    df = table.to_pandas()
+    df["trace"] = df["trace"].map(lambda t: str(t).rsplit("/", 1)[-1])
+    keys = ["trace"] + (["preset"] if df["preset"].nunique() > 1 else []) + [c for c in meta.get("swept", [])
+                                                                              if c in df.columns]
+    wide = df.pivot_table(index=keys, columns="protocol", values="slowdown", aggfunc="first", dropna=False)
+    wide = wide[[c for c in wide.columns if c != NONE]]
+    if wide.empty:
+        return "(no slowdowns: the study has no protocol but none)"
+    wide.columns = [f"{c} x" for c in wide.columns]
+    text = wide.head(top).to_string(float_format=lambda v: f"{v:.3f}", na_rep="-")
+    more = f"\n... {len(wide) - top} more rows (replay plot, or read the table)" if len(wide) > top else ""
+    return f"slowdown vs {NONE} (makespan / makespan under {NONE}, same point):\n{text}{more}"

@@ -1,0 +1,87 @@
+#!/usr/bin/env python
+"""What prediction ranges cost: ``replay --ranges --json`` against a single replay, in the same run
+(a script, not a test; docs/performance.md "Prediction ranges").
+
+    python benchmarks/speed/bench_ranges.py [--ops 1000000] [--protocol baseline] [--seed 0]
+
+1. Generates ``tracegen synth random --ops N --seed S`` into ``benchmarks/out/`` unless it is there
+   (the trace bench_replay.py uses).
+2. Runs ``python -m replay.frontend.cli --protocol P TRACE --json`` (a single replay: the protocol
+   and its ``none`` reference) and the same with ``--ranges`` as whole processes, one after the
+   other, and prints the CPU time (user + system, ``os.wait4``: exact per child) of each, the
+   ratio, the points the range study replayed and skipped, and the range itself. The target of
+   issue 24 is a ratio of at most 3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+OUT = ROOT / "benchmarks" / "out"
+TARGET = 3.0
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def measured(cmd: list[str]) -> dict:
+    """CPU seconds, wall seconds, peak RSS and stdout of one child process."""
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=_env(), cwd=ROOT)
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        out_f.seek(0)
+        err_f.seek(0)
+        rc = os.waitstatus_to_exitcode(status)
+        if rc != 0:
+            sys.exit(f"{' '.join(cmd[:4])} ... failed ({rc}): {err_f.read().decode()[-400:]}")
+        return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "peak_mib": ru.ru_maxrss / 1024,
+                "out": json.loads(out_f.read())}
+
+
+def ensure_trace(ops: int, seed: int) -> Path:
+    path = OUT / f"random-{ops}-s{seed}.parquet"
+    if not path.exists():
+        OUT.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "tracegen.cli", "synth", "random", "--ops", str(ops), "--seed", str(seed),
+                        "-o", str(path)], check=True, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", type=int, default=1_000_000)
+    ap.add_argument("--protocol", default="baseline")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    trace = ensure_trace(args.ops, args.seed)
+    base = [sys.executable, "-m", "replay.frontend.cli", "--protocol", args.protocol, str(trace), "--json"]
+    single = measured(base)
+    ranged = measured(base + ["--ranges"])
+    ratio = ranged["cpu_s"] / single["cpu_s"]
+    r = ranged["out"]
+    info = r["ranges"]
+    print(f"trace {trace.name} ({args.ops:,} ops), protocol {args.protocol}, 1-minute load {os.getloadavg()[0]:.1f}")
+    print(f"single replay      CPU {single['cpu_s']:7.2f} s  wall {single['wall_s']:7.2f} s  peak {single['peak_mib']:,.0f} MiB")
+    print(f"with --ranges      CPU {ranged['cpu_s']:7.2f} s  wall {ranged['wall_s']:7.2f} s  peak {ranged['peak_mib']:,.0f} MiB")
+    print(f"ratio {ratio:.2f}x (target <= {TARGET:g}x: {'pass' if ratio <= TARGET else 'MISS'}); "
+          f"{len(info['parameters'])} ranged parameters read, {len(info['not_read'])} not read; "
+          f"{info['points_replayed']} points replayed, {info['points_unchanged']} transformed but unchanged")
+    print(f"slowdown {r['slowdown_vs_none']} range {r['slowdown_range']} driven by {r['range_driver']}")
+
+
+if __name__ == "__main__":
+    main()

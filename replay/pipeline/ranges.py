@@ -1,0 +1,378 @@
+"""Prediction ranges: a replay's result over the uncertainty ranges of the preset's assumptions.
+
+Every parameter that is an assumption or a fit carries ``key_range = [low, high]`` in its preset
+(:mod:`replay.config`, docs/model.md "Uncertainty ranges"). A range study replays the graph with
+each such parameter alone at its low and at its high end (one at a time), then at the two corners
+where every parameter that moved the result sits at the end that raised it, and at the end that
+lowered it; the range is the smallest and the largest result over all those points and the
+preset's own. The *driver* is the parameter whose one-at-a-time ends span the widest interval of
+the headline figure (the slowdown against ``none`` when there is a reference, else the makespan).
+It is a range over the points evaluated, not a bound: with work-conserving lanes a result need not
+be monotone in a parameter (docs/architecture.md), so a value inside a range may, rarely, fall
+outside the result's range.
+
+Cost (docs/model.md "Prediction ranges"): the trace's graph is built once and what-if scaling
+applied once; each point is one protocol transform and one schedule of that graph (the ``none``
+reference's points likewise, shared by every protocol of a study). Points are skipped, exactly,
+where they cannot change the result:
+
+* a parameter the transform never read at the preset's values (recorded while the preset's own
+  transform ran: a transform is a deterministic function of the graph and of what it reads, so a
+  parameter it did not read cannot change its output), e.g. the multi-GPU tables of a one-GPU
+  trace;
+* an end equal to the preset's value;
+* a transformed graph whose schedule inputs equal the preset's (say, a memset price on a trace
+  without memsets): same inputs, same schedule, so it is not scheduled.
+
+``captured`` and ``none`` have no range: nothing CC-related is assumed there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from replay.graph import OpGraph
+from replay.names import CAPTURED, NONE
+from replay.plugins import DEFAULT_MODEL
+
+# The decision (docs/model.md "Uncertainty ranges"): ranges cost one transform and one schedule per
+# point, about 2 x (ranged parameters the protocol reads) + 2 replays, so they are asked for
+# (``--ranges``), not on by default.
+RANGES_DEFAULT = False
+
+NO_RANGE_NOTE = "{protocol}: no range (the protocol assumes nothing CC-related; its parameters are not varied)"
+
+
+@dataclass(frozen=True)
+class Ranged:
+    """One parameter with an uncertainty range: ``name`` is ``section.key``."""
+
+    name: str
+    value: Any
+    low: Any
+    high: Any
+    reason: str
+
+
+def ranged_parameters(hw) -> list[Ranged]:
+    """The parameters of a loaded model that carry a range (``--set`` ones do not), in name order."""
+    preset = hw._preset
+    out = []
+    for table, body in sorted(preset.ranges.items()):
+        section = getattr(preset.values, table)
+        for key, (low, high, reason) in sorted(body.items()):
+            out.append(Ranged(f"{table}.{key}", getattr(section, key), low, high, reason))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# which parameters a transform reads
+
+
+class _TrackedSection:
+    """A parameter section that records the keys read from it (``section.key``)."""
+
+    __slots__ = ("_obj", "_table", "_reads")
+
+    def __init__(self, obj: Any, table: str, reads: set[str]):
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_table", table)
+        object.__setattr__(self, "_reads", reads)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._obj, name)
+        if not name.startswith("_"):
+            self._reads.add(f"{self._table}.{name}")
+        return value
+
+
+class _TrackedRoot:
+    """The model's ``p``: each section comes back tracked (an absent optional section stays None)."""
+
+    __slots__ = ("_obj", "_reads")
+
+    def __init__(self, obj: Any, reads: set[str]):
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_reads", reads)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._obj, name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return _TrackedSection(value, name, self._reads)
+        return value
+
+
+def transform_tracked(graph: OpGraph, protocol: str, hw) -> tuple[OpGraph, set[str] | None]:
+    """``protocol(graph, hw)`` and the parameters (``section.key``) it read, or None when they could
+    not be recorded (a model that reads its parameters other than by attribute: then every parameter
+    counts as read, and the transform is run again untracked)."""
+    from replay.plugins import load_protocol
+
+    transform = load_protocol(protocol)
+    reads: set[str] = set()
+    plain = hw.p
+    hw.p = _TrackedRoot(plain, reads)
+    try:
+        out = transform(graph, hw)
+    except Exception:  # the proxy is not the dataclass (asdict, replace, isinstance): run it plainly
+        hw.p = plain
+        return transform(graph, hw), None
+    finally:
+        hw.p = plain
+    return out, reads
+
+
+# ---------------------------------------------------------------------------------------------
+# one point
+
+
+def schedule_inputs(graph: OpGraph) -> tuple[np.ndarray, ...]:
+    """Everything the engine reads from a graph: two graphs equal here have the same schedule."""
+    from replay.pipeline.engine import _arrays
+
+    return _arrays(graph)
+
+
+def same_schedule_inputs(a: OpGraph, b: OpGraph) -> bool:
+    if a.n != b.n or a.dep_src.size != b.dep_src.size:
+        return False
+    return all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(schedule_inputs(a), schedule_inputs(b)))
+
+
+def makespan_of(graph: OpGraph) -> int:
+    """The makespan a replay reports (:func:`replay.pipeline.results.summarize`): from the first
+    node reached to the last finish, without the rest of the summary."""
+    from replay.pipeline.engine import schedule
+    from replay.pipeline.results import entry_times
+
+    if not graph.n:
+        return 0
+    sched = schedule(graph)
+    return int(sched.finish.max() - entry_times(graph, sched).min())
+
+
+def _key(values: Mapping[str, Any]) -> tuple:
+    return tuple(sorted(values.items()))
+
+
+def _override(name: str, value: Any) -> str:
+    return f"{name}={value!r}" if isinstance(value, float) else f"{name}={value}"
+
+
+@dataclass
+class _Side:
+    """One protocol (or the ``none`` reference) of a study: its preset graph, what its transform
+    read, and its makespan at each point evaluated (by the point's parameter values)."""
+
+    protocol: str
+    base_graph: OpGraph | None
+    reads: set[str] | None  # None: unknown (every parameter counts as read)
+    makespan: dict[tuple, int] = field(default_factory=dict)
+    replayed: int = 0  # points transformed and scheduled
+    transformed_only: int = 0  # points whose graph equalled the preset's (not scheduled)
+
+    def reads_any(self, names) -> bool:
+        return self.reads is None or any(n in self.reads for n in names)
+
+
+class RangeStudy:
+    """Prediction ranges of one graph under one model and preset, for any number of protocols (the
+    ``none`` reference's points are computed once and shared).
+
+    ``graph`` is the trace's graph before what-if scaling (``scales`` is applied here, once, as
+    :func:`replay.pipeline.run.prepare` does); ``overrides`` are the ``--set`` values, fixed at
+    every point (their ranges are dropped)."""
+
+    def __init__(self, graph: OpGraph, model: str = DEFAULT_MODEL, preset: str | None = None,
+                 overrides: Sequence[str] = (), scales: Mapping[str, float] | None = None, reference: bool = True):
+        from replay.plugins import load_model
+        from replay.whatif.scale import check_scales, scale_durations
+
+        self.model, self.preset, self.overrides = model, preset, tuple(overrides)
+        self.reference = reference
+        self._cls = load_model(model)
+        hw = self._cls.from_preset(preset, self.overrides)
+        self.ranged = ranged_parameters(hw)
+        self._value = {r.name: r.value for r in self.ranged}
+        self.fixed_by_set = list(hw._preset.fixed_by_set)
+        self._graph = scale_durations(graph, check_scales(scales))
+        self._none: _Side | None = None
+
+    # ---- points
+    def _model_at(self, values: Mapping[str, Any]):
+        return self._cls.from_preset(self.preset, self.overrides + tuple(_override(k, v) for k, v in sorted(values.items())))
+
+    def _side(self, protocol: str, base_graph: OpGraph | None = None, base_makespan: int | None = None) -> _Side:
+        hw = self._cls.from_preset(self.preset, self.overrides)
+        g0, reads = transform_tracked(self._graph, protocol, hw)
+        if base_graph is not None and same_schedule_inputs(base_graph, g0) and base_makespan is not None:
+            m0 = int(base_makespan)  # the caller's replay of the same graph: no schedule needed
+        else:
+            m0 = makespan_of(g0)
+        side = _Side(protocol, g0, reads)
+        side.makespan[()] = m0
+        return side
+
+    def _at(self, side: _Side, values: Mapping[str, Any]) -> int:
+        """The side's makespan with ``values`` (``{name: value}``, the others at the preset)."""
+        moved = {k: v for k, v in values.items()
+                 if (side.reads is None or k in side.reads) and v != self._value[k]}
+        key = _key(moved)
+        if key not in side.makespan:
+            from replay.plugins import load_protocol
+
+            g = load_protocol(side.protocol)(self._graph, self._model_at(moved))
+            if same_schedule_inputs(g, side.base_graph):
+                side.makespan[key] = side.makespan[()]
+                side.transformed_only += 1
+            else:
+                side.makespan[key] = makespan_of(g)
+                side.replayed += 1
+            del g
+        return side.makespan[key]
+
+    # ---- the study
+    def protocol_range(self, protocol: str, makespan_ns: int | None = None, reference_ns: int | None = None,
+                       base_graph: OpGraph | None = None) -> dict[str, Any]:
+        """The range report of one protocol: the keys a JSON output gains (``makespan_range_ns``,
+        ``slowdown_range``, ``range_driver`` and the details under ``ranges``).
+        ``makespan_ns``/``reference_ns``/``base_graph``: the caller's own replay at the preset (its
+        makespan, the ``none`` makespan, its transformed graph); each is recomputed when not given."""
+        from replay.pipeline.results import JSON_DIGITS, slowdown
+
+        if protocol in (CAPTURED, NONE):
+            return {"makespan_range_ns": None, "slowdown_range": None, "range_driver": None,
+                    "ranges": {"note": NO_RANGE_NOTE.format(protocol=protocol)}}
+        side = self._side(protocol, base_graph, makespan_ns)
+        ref = None
+        if self.reference:
+            if self._none is None:
+                self._none = self._side(NONE, None, None)
+            ref = self._none
+        m0 = side.makespan[()]
+        r0 = ref.makespan[()] if ref is not None else None
+        notes = []
+        if makespan_ns is not None and int(makespan_ns) != m0:
+            notes.append(f"the range study's preset replay ({m0} ns) differs from the replay reported; "
+                         "a step outside the protocol transform changed the graph")
+        if ref is not None and reference_ns is not None and int(reference_ns) != r0:
+            notes.append(f"the range study's none replay ({r0} ns) differs from the reference reported")
+        used = [r for r in self.ranged if side.reads_any([r.name]) or (ref is not None and ref.reads_any([r.name]))]
+        unused = [r.name for r in self.ranged if r not in used]
+
+        def point(values: Mapping[str, Any]) -> tuple[int, float | None]:
+            m = self._at(side, values)
+            if ref is None:
+                return m, None
+            r = self._at(ref, values)
+            return m, (m / r if r else None)
+
+        def headline(pt: tuple[int, float | None]) -> float:
+            return pt[1] if ref is not None and pt[1] is not None else float(pt[0])
+
+        base = (m0, (m0 / r0) if r0 else None)
+        rows, evaluated = [], [base]
+        for r in used:
+            at_low = point({r.name: r.low}) if r.low != r.value else base
+            at_high = point({r.name: r.high}) if r.high != r.value else base
+            evaluated += [at_low, at_high]
+            h = [headline(at_low), headline(base), headline(at_high)]
+            ms = [at_low[0], m0, at_high[0]]
+            rows.append({"parameter": r.name, "value": r.value, "low": r.low, "high": r.high, "reason": r.reason,
+                         "makespan_ns": [at_low[0], at_high[0]],
+                         "slowdown": None if ref is None else [slowdown(at_low[0], self._at(ref, {r.name: r.low}),
+                                                                        JSON_DIGITS),
+                                                               slowdown(at_high[0], self._at(ref, {r.name: r.high}),
+                                                                        JSON_DIGITS)],
+                         "spread": max(h) - min(h), "makespan_spread_ns": max(ms) - min(ms),
+                         "_ends": (at_low, at_high)})
+        corners = {}
+        for metric, pick in (("headline", headline), ("makespan", lambda pt: float(pt[0]))):
+            up, down = {}, {}
+            for row in rows:  # each parameter at the end that raised (lowered) the result most, if one did
+                lo_pt, hi_pt = row["_ends"]
+                a, b, c = pick(lo_pt), pick(hi_pt), pick(base)
+                if max(a, b) > c:
+                    up[row["parameter"]] = row["high"] if b >= a else row["low"]
+                if min(a, b) < c:
+                    down[row["parameter"]] = row["low"] if a <= b else row["high"]
+            for name, values in (("high", up), ("low", down)):
+                if len(values) > 1:  # (one parameter: its own end, already evaluated)
+                    pt = point(values)
+                    evaluated.append(pt)
+                    corners.setdefault(f"{metric}_{name}", {"parameters": dict(sorted(values.items())),
+                                                            "makespan_ns": pt[0],
+                                                            "slowdown": None if ref is None else slowdown(
+                                                                pt[0], self._at(ref, values), JSON_DIGITS)})
+        ms = [pt[0] for pt in evaluated]
+        driver = _driver(rows, "spread")
+        out = {
+            "makespan_range_ns": [min(ms), max(ms)] if rows else None,
+            "slowdown_range": None,
+            "range_driver": driver,
+        }
+        if ref is not None and rows:
+            sds = [pt[1] for pt in evaluated if pt[1] is not None]
+            out["slowdown_range"] = [slowdown(min(sds), 1, JSON_DIGITS), slowdown(max(sds), 1, JSON_DIGITS)]
+        for row in rows:
+            del row["_ends"]
+        replayed = side.replayed + (ref.replayed if ref is not None else 0)
+        skipped = side.transformed_only + (ref.transformed_only if ref is not None else 0)
+        out["ranges"] = {
+            "makespan_ns": m0,
+            "reference_ns": r0,
+            "parameters": rows,
+            "corners": corners,
+            "makespan_driver": _driver(rows, "makespan_spread_ns"),
+            "not_read": unused,
+            "fixed_by_set": list(self.fixed_by_set),
+            "points_replayed": replayed,
+            "points_unchanged": skipped,
+            "note": ("one-at-a-time ends of every ranged parameter the protocol or the none reference reads, "
+                     "and the corners where all sit at the end that raised / lowered the result; a range over "
+                     "those points, not a bound"
+                     if rows else "no parameter with a range is used by this replay: the prediction has no range"),
+            "notes": notes,
+        }
+        return out
+
+
+def _driver(rows: list[dict], key: str) -> str | None:
+    best = None
+    for row in rows:  # (rows are in name order: ties go to the first name)
+        if row[key] > 0 and (best is None or row[key] > best[key]):
+            best = row
+    return None if best is None else best["parameter"]
+
+
+# ---------------------------------------------------------------------------------------------
+# words
+
+
+def _pct(slowdown: float) -> str:
+    return f"{(slowdown - 1) * 100:+.1f}%"
+
+
+def range_line(protocol: str, d: Mapping[str, Any], makespan_ns: int | None = None,
+               slowdown: float | None = None) -> str:
+    """The one line a text output says: ``baseline +9.4% (+3.0% to +25.8%; driven by submit.kernel_ns)``
+    with a reference (the slowdown against ``none``), the makespan without one, or why there is no range."""
+    info = d.get("ranges") or {}
+    if d.get("makespan_range_ns") is None:
+        return f"range: {info.get('note', 'none')}"
+    driver = d.get("range_driver")
+    why = f"driven by {driver}" if driver else "no ranged parameter moves it"
+    if d.get("slowdown_range") is not None and slowdown is not None:
+        lo, hi = d["slowdown_range"]
+        return f"range: {protocol} {_pct(slowdown)} ({_pct(lo)} to {_pct(hi)}; {why})"
+    lo, hi = d["makespan_range_ns"]
+    m = "?" if makespan_ns is None else f"{makespan_ns / 1e6:.3f} ms"
+    return f"range: {protocol} makespan {m} ({lo / 1e6:.3f} to {hi / 1e6:.3f} ms; {why})"
+
+
+__all__ = ["RANGES_DEFAULT", "Ranged", "RangeStudy", "ranged_parameters", "range_line", "transform_tracked",
+           "makespan_of", "same_schedule_inputs"]

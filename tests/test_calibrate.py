@@ -1,0 +1,140 @@
+"""``replay calibrate``: the round trip (measurements simulated from changed values are fitted back)
+and bad measurement files (one line naming the file and the field, exit 2, no preset written)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from replay.frontend.calibrate import MICROBENCH_SETS, Point, point_graph
+from replay.frontend.cli import main
+from replay.pipeline.run import replay_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _microbench():
+    spec = importlib.util.spec_from_file_location("cc_microbench", ROOT / "benchmarks" / "cc_microbench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _calibrate(tmp_path, doc: dict, name="m.json", *extra):
+    src = tmp_path / name
+    src.write_text(json.dumps(doc))
+    out = tmp_path / "cal.toml"
+    res = CliRunner().invoke(main, ["calibrate", str(src), "-o", str(out), *extra])
+    return res, out
+
+
+def _copy_ns(preset, sets=()):
+    g = point_graph(Point("copy", "c", 1, 1, "h2d", "pinned", 4096), 1)
+    return replay_graph(g, "baseline", "h100", preset, [*MICROBENCH_SETS, *sets]).result.makespan_ns
+
+
+def test_round_trip_copy_ns(tmp_path):
+    """Simulated with submit.copy_ns = 25000 and crossing 40 us; the fit finds both back, and a
+    4 KiB copy under the calibrated preset agrees with the changed values within 2%."""
+    sets = ["submit.copy_ns=25000", "submit.crossing_ns=40000"]
+    doc = _microbench().simulate("h100-sxm", sets, [4096, 16 << 20], 2, 10)
+    res, out = _calibrate(tmp_path, doc)
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "copy_ns = 2" in text and "crossing_ns = " in text
+    fitted = {ln.split(" = ")[0]: ln.split(" = ")[1] for ln in text.splitlines()
+              if " = " in ln and not ln.split(" = ")[0].endswith(("_source", "_range"))}
+    assert abs(int(fitted["copy_ns"]) - 25000) <= 0.02 * 25000
+    assert abs(int(fitted["crossing_ns"]) - 40000) <= 0.02 * 40000
+    assert abs(float(fitted["core_gb_s"]) - 8.27) <= 0.02 * 8.27
+    got, want = _copy_ns(str(out)), _copy_ns("h100-sxm", sets)
+    assert abs(got - want) <= 0.02 * want
+    assert "residual" in res.output and "submit.copy_ns" in res.output
+
+
+def test_fit_list_fits_only_what_it_names(tmp_path):
+    doc = _microbench().simulate("h100-sxm", ["cpu_crypto.core_gb_s=5.0"], [4096, 16 << 20], 2, 10)
+    doc["fit"] = ["cpu_crypto.core_gb_s"]
+    res, out = _calibrate(tmp_path, doc)
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "[cpu_crypto]" in text and "[submit]" not in text.replace("[submit]\ncopy_blocks_host", "")
+    value = float(next(ln for ln in text.splitlines() if ln.startswith("core_gb_s = ")).split(" = ")[1])
+    assert math.isclose(value, 5.0, rel_tol=0.02)
+
+
+GOOD = {"format": "fastrack-cc-microbench/1", "extends": "h100-sxm", "repeat": 2,
+        "copies": [{"direction": "h2d", "memory": "pinned", "bytes": 4096, "cc_on_ns": 9000.0, "cc_off_ns": 6000.0},
+                   {"direction": "h2d", "memory": "pinned", "bytes": 16 << 20, "cc_on_ns": 3e6, "cc_off_ns": 4e5}]}
+
+
+def _with(path: str, value=None, drop=False) -> dict:
+    doc = json.loads(json.dumps(GOOD))
+    *head, last = path.split(".")
+    at = doc
+    for k in head:
+        at = at[int(k)] if isinstance(at, list) else at[k]
+    if drop:
+        del at[last]
+    else:
+        at[last] = value
+    return doc
+
+
+@pytest.mark.parametrize("doc,field", [
+    (_with("copies.0.bytes", drop=True), "copies[0].bytes"),
+    (_with("copies.1.cc_on_ns", -5.0), "copies[1].cc_on_ns"),
+    (_with("copies.0.cc_off_ns", float("nan")), "copies[0].cc_off_ns"),
+    (_with("copies.1.cc_off_ns", drop=True), "copies[1].cc_off_ns"),
+    (_with("copies", [GOOD["copies"][0]]), "fit"),
+    (_with("launch", {"cc_on_ns": 9000.0}), "launch.cc_off_ns"),
+    (_with("fit", ["submit.kernel_ns"]), "fit"),
+    (_with("copies", [{**GOOD["copies"][0], "bytes": 100_000}]), "copies"),
+])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, doc, field):
+    if field == "fit" and "fit" not in doc:  # one small copy only, but both the toll and the rate asked for
+        doc["fit"] = ["submit.crossing_ns", "cpu_crypto.core_gb_s"]
+    res, out = _calibrate(tmp_path, doc, "bad.json")
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "bad.json" in lines[0] and field in lines[0], lines
+    assert not out.exists()
+
+
+def test_not_json_and_wrong_format(tmp_path):
+    src = tmp_path / "x.json"
+    src.write_text("{not json")
+    res = CliRunner().invoke(main, ["calibrate", str(src), "-o", str(tmp_path / "o.toml")])
+    assert res.exit_code == 2 and "x.json" in res.output and not (tmp_path / "o.toml").exists()
+    res, out = _calibrate(tmp_path, _with("format", "other/1"), "f.json")
+    assert res.exit_code == 2 and "format" in res.output and not out.exists()
+
+
+def test_microbench_without_cuda_exits_2(tmp_path, monkeypatch):
+    mod = _microbench()
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--cc", "off", "-o", str(tmp_path / "m.json")])
+    assert exc.value.code == 2 and not (tmp_path / "m.json").exists()
+
+
+def test_shipped_calibration_inputs_reproduce():
+    """b300 and h200 were written by the tool from the JSON next to them: their inputs come back
+    (b300: the 330 us toll and the 0.203x H2D ratio; h200: ~4.9 GiB/s)."""
+    small = point_graph(Point("copy", "s", 1, 1, "h2d", "pinned", 4096), 10)
+    big = point_graph(Point("copy", "b", 1, 1, "h2d", "pinned", 1 << 30), 10)
+
+    def run(g, proto, preset):
+        return replay_graph(g, proto, "h100", preset, list(MICROBENCH_SETS)).result.makespan_ns / 10
+
+    toll = run(small, "baseline", "b300") - run(small, "none", "b300")
+    assert abs(toll - 330_000) <= 0.02 * 330_000
+    ratio = run(big, "none", "b300") / run(big, "baseline", "b300")
+    assert abs(ratio - 0.203) <= 0.05 * 0.203
+    gb_s = (1 << 30) / run(big, "baseline", "h200")
+    assert abs(gb_s - 5.26) <= 0.03 * 5.26

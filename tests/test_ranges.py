@@ -1,0 +1,341 @@
+"""Prediction ranges: the preset format (``key_range``), its strict checks, and the range study
+(replay/pipeline/ranges.py) through the library, the CLI and the API (docs/model.md "Uncertainty ranges")."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from fastrack_core.errors import ConfigError
+from tracefactory import op, write
+
+
+def _h100():
+    from replay.plugins import load_model
+
+    return load_model("h100")
+
+
+# ---------------------------------------------------------------------------------------------
+# presets
+
+
+def test_every_assumption_or_fit_of_the_shipped_presets_has_a_range():
+    import dataclasses
+
+    from replay import config
+
+    cls = _h100()
+    missing = []
+    for name in cls.available_presets():
+        hw = cls.from_preset(name)
+        for table, srcs in hw._preset.sources.items():
+            section = getattr(hw.p, table)
+            for key, src in srcs.items():
+                value = getattr(section, key)
+                numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if numeric and re.match(r"(assumption|derived)", src) and key not in hw._preset.ranges.get(table, {}):
+                    missing.append(f"{name}: {table}.{key}")
+        for table, body in hw._preset.ranges.items():
+            flds = config.fields_of(type(getattr(hw.p, table)))
+            for key, (low, high, reason) in body.items():
+                lo, hi = config.value_range(flds[key])
+                assert low <= getattr(getattr(hw.p, table), key) <= high and reason, (name, table, key)
+                assert (lo is None or lo <= low) and (hi is None or high <= hi), (name, table, key)
+        assert dataclasses.is_dataclass(hw.p)
+    assert not missing, "ranges missing (docs/model.md 'Uncertainty ranges'): " + ", ".join(missing)
+
+
+def test_the_documented_submission_range_is_the_one_validation_shows():
+    hw = _h100().from_preset("h100-sxm")
+    low, high, _ = hw._preset.ranges["submit"]["kernel_ns"]
+    assert (low, high) == (500, 10_000)  # docs/validation.md: 0.5-10 us
+
+
+def _child(tmp_path, body: str, name: str = "child.toml"):
+    p = tmp_path / name
+    p.write_text('[preset]\nname = "child"\ndescription = "test"\nextends = "' + str(_h100().presets_dir / "h100-sxm.toml")
+                 + '"\n\n' + body)
+    return p
+
+
+@pytest.mark.parametrize("body,words", [
+    ("[pcie]\nlatency_ns_range = [2000, 500]\n", "low must not exceed high"),
+    ("[pcie]\nlatency_ns_range = [1500, 2000]\n", "the value must lie inside"),
+    ("[pcie]\nlatency_ns_range = [500]\n", "expected [low, high]"),
+    ("[pcie]\nlatency_ns_range = 500\n", "expected [low, high]"),
+    ("[pcie]\nlatency_ns_range = [500.5, 2000]\n", "expected an integer"),
+    ("[pcie]\nlatency_ns_range = [500, 100000000000]\n", "must be <="),
+    ("[pcie]\nh2d_bandwidth_gb_s_range = [0.0, 60.0]\n", "must be >="),
+    ("[gpu]\nsms_range_source = \"why\"\n", "without sms_range"),
+    ("[pcie]\nlatency_ns_range = [500, 2000]\nlatency_ns_range_source = \"\"\n", "non-empty string"),
+    ("[topology]\nlink_range = [1, 2]\n", "only numeric keys take a range"),
+    ("[pcie]\nlatency_range = [1, 2]\n", "unknown key"),
+])
+def test_a_bad_range_is_refused_naming_the_file_and_key(tmp_path, body, words):
+    path = _child(tmp_path, body)
+    with pytest.raises(ConfigError) as exc:
+        _h100().from_preset(str(path))
+    msg = str(exc.value)
+    assert words in msg and str(path) in msg and "\n" not in msg
+
+
+def test_low_above_high_is_refused_by_the_cli_in_one_line(tmp_path):
+    path = _child(tmp_path, "[pcie]\nlatency_ns_range = [2000, 500]\n")
+    trace = write(tmp_path / "t.parquet", _launches(2))
+    proc = subprocess.run([sys.executable, "-m", "replay.frontend.cli", "--protocol", "baseline", "--preset", str(path),
+                           str(trace)], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "latency_ns_range" in lines[0] and "low must not exceed high" in lines[0]
+
+
+def test_a_restated_value_drops_the_base_range_and_set_fixes_a_parameter(tmp_path):
+    cls = _h100()
+    restated = cls.from_preset(str(_child(tmp_path, "[pcie]\nlatency_ns = 3000\nlatency_ns_source = \"assumption: x\"\n")))
+    assert "latency_ns" not in restated._preset.ranges.get("pcie", {})  # 3000 lies outside the base's [500, 2000]
+    narrowed = cls.from_preset(str(_child(tmp_path, "[pcie]\nlatency_ns_range = [900, 1100]\n", "n.toml")))
+    assert narrowed._preset.ranges["pcie"]["latency_ns"][:2] == (900, 1100)
+    fixed = cls.from_preset("h100-sxm", ["pcie.latency_ns=900"])
+    assert "latency_ns" not in fixed._preset.ranges["pcie"] and fixed._preset.fixed_by_set == ("pcie.latency_ns",)
+    assert fixed.digest == cls.from_preset("h100-sxm", ["pcie.latency_ns=900"]).digest  # ranges leave digests alone
+
+
+# ---------------------------------------------------------------------------------------------
+# the study, on hand traces
+
+
+def _launches(n: int, gap: int = 10_000):
+    """One thread launching ``n`` 1 us kernels on one stream, then synchronising."""
+    ops = []
+    for i in range(n):
+        call = len(ops)
+        ops.append(op("runtime", "cudaLaunchKernel", i * gap, 3_000, thread=1,
+                      deps=[(call - 2, "program")] if i else ()))
+        ops.append(op("kernel", "k", i * gap + 4_000, 1_000, stream=1, device=0, deps=[(call, "launch")]))
+    ops.append(op("sync", "cudaDeviceSynchronize", n * gap, 2_000, thread=1,
+                  deps=[(len(ops) - 2, "program"), (len(ops) - 1, "sync")]))
+    return ops
+
+
+def _big_copy(nbytes: int = 256 << 20):
+    return [op("runtime", "cudaMemcpyAsync", 0, 5_000, thread=1),
+            op("memcpy", "Memcpy HtoD (Pinned -> Device)", 6_000, 5_000_000, stream=1, device=0, bytes=nbytes,
+               copy_dir="H2D", host_mem="pinned", deps=[(0, "launch")]),
+            op("sync", "cudaStreamSynchronize", 5_000, 5_010_000, thread=1, deps=[(0, "program"), (1, "sync")])]
+
+
+def _only(tmp_path, ranges: dict[str, tuple]):
+    """A preset as h100-sxm whose only ranges are ``ranges`` ({"table.key": (low, high)}): every other
+    ranged key is restated without its range (which drops it)."""
+    hw = _h100().from_preset("h100-sxm")
+    tables: dict[str, list[str]] = {}
+    for table, body in hw._preset.ranges.items():
+        for key in body:
+            value = getattr(getattr(hw.p, table), key)
+            lines = tables.setdefault(table, [])
+            lines += [f"{key} = {value!r}", f'{key}_source = "test"']
+            if f"{table}.{key}" in ranges:
+                lo, hi = ranges[f"{table}.{key}"]
+                lines += [f"{key}_range = [{lo!r}, {hi!r}]", f'{key}_range_source = "test"']
+    body = "\n".join(f"[{t}]\n" + "\n".join(ls) + "\n" for t, ls in tables.items())
+    return str(_child(tmp_path, body, "only.toml"))
+
+
+def _study(tmp_path, ops, preset, protocol="baseline"):
+    from replay.pipeline.ranges import RangeStudy
+    from replay.pipeline.run import load_graph, replay_graph
+
+    graph, _ = load_graph(write(tmp_path / "t.parquet", ops))
+    rep = replay_graph(graph, protocol, preset=preset)
+    ref = replay_graph(graph, "none", preset=preset)
+    d = RangeStudy(graph, preset=preset).protocol_range(protocol, rep.result.makespan_ns, ref.result.makespan_ns,
+                                                         rep.graph)
+    return d, rep.result.makespan_ns, ref.result.makespan_ns
+
+
+def test_the_driver_is_the_parameter_that_dominates(tmp_path):
+    # kernel launches: the submission cost moves the result by microseconds per launch, the PCIe
+    # latency (a narrow range, and no copy) not at all
+    preset = _only(tmp_path, {"submit.kernel_ns": (500, 10_000), "pcie.latency_ns": (900, 1100)})
+    d, m0, r0 = _study(tmp_path, _launches(20), preset)
+    assert d["range_driver"] == "submit.kernel_ns"
+    lo, hi = d["makespan_range_ns"]
+    assert lo < m0 < hi
+    # a large pinned copy: the link bandwidth drives it, the submission cost of one call barely
+    (tmp_path / "b").mkdir()
+    preset = _only(tmp_path / "b", {"submit.copy_ns": (1000, 2000), "pcie.h2d_bandwidth_gb_s": (25.0, 57.0)})
+    d, m0, r0 = _study(tmp_path / "b", _big_copy(), preset)
+    assert d["range_driver"] == "pcie.h2d_bandwidth_gb_s"
+    assert d["ranges"]["makespan_driver"] == "pcie.h2d_bandwidth_gb_s"
+
+
+def test_monotone_parameters_bracket_the_preset_value(tmp_path):
+    # more cost per submission and per crossing, less bandwidth: never faster (one thread, one stream)
+    preset = _only(tmp_path, {"submit.kernel_ns": (500, 10_000), "submit.copy_ns": (500, 10_000),
+                              "pcie.h2d_bandwidth_gb_s": (25.0, 57.0)})
+    first = _launches(5)
+    then = _shifted(_big_copy(64 << 20), len(first), 60_000, same_lanes=True)
+    then[0]["deps"], then[0]["dep_kinds"] = [len(first) - 1], [then[2]["dep_kinds"][0]]  # after the sync (program)
+    d, m0, r0 = _study(tmp_path, first + then, preset)
+    rows = {r["parameter"]: r for r in d["ranges"]["parameters"]}
+    for name in ("submit.kernel_ns", "submit.copy_ns"):
+        at_low, at_high = rows[name]["makespan_ns"]
+        assert at_low <= m0 <= at_high and at_low < at_high, name
+    slow, fast = rows["pcie.h2d_bandwidth_gb_s"]["makespan_ns"]  # low bandwidth first
+    assert fast <= m0 <= slow and fast < slow
+    lo, hi = d["makespan_range_ns"]
+    corners = d["ranges"]["corners"]
+    assert corners["makespan_high"]["makespan_ns"] == hi and corners["makespan_low"]["makespan_ns"] == lo
+    assert corners["makespan_high"]["parameters"] == {"pcie.h2d_bandwidth_gb_s": 25.0, "submit.copy_ns": 10_000,
+                                                      "submit.kernel_ns": 10_000}
+    slo, shi = d["slowdown_range"]
+    assert slo <= m0 / r0 <= shi
+
+
+def _shifted(ops, by: int, t: int, same_lanes: bool = False):
+    """``ops`` renumbered to follow ``by`` earlier ops and moved ``t`` ns later (thread 2, stream 2
+    unless ``same_lanes``)."""
+    out = []
+    for o in ops:
+        o = dict(o, start_ns=o["start_ns"] + t, deps=[d + by for d in o["deps"]])
+        if same_lanes:
+            out.append(o)
+            continue
+        if o["thread"] != -1:
+            o["thread"] = 2
+        if o["stream"] != -1:
+            o["stream"] = 2
+        out.append(o)
+    return out
+
+
+def test_unread_parameters_and_unchanged_graphs_cost_no_schedule(tmp_path):
+    preset = _only(tmp_path, {"submit.kernel_ns": (500, 10_000), "submit.memset_ns": (500, 10_000),
+                              "p2p.sync_ns": (1000, 10_000)})
+    d, m0, _ = _study(tmp_path, _launches(3), preset)
+    r = d["ranges"]
+    assert "p2p.sync_ns" in r["not_read"]  # a one-GPU trace never reads the GPU-to-GPU tables
+    memset = next(x for x in r["parameters"] if x["parameter"] == "submit.memset_ns")
+    assert memset["makespan_ns"] == [m0, m0] and memset["spread"] == 0  # no memset in the trace
+    assert r["points_unchanged"] >= 2
+
+
+def test_the_range_study_replays_what_the_pipeline_replays(tmp_path):
+    # at the preset's values the study's own transform and makespan are the replay's
+    from replay.pipeline.ranges import RangeStudy, makespan_of, same_schedule_inputs, transform_tracked
+    from replay.pipeline.run import load_graph, replay_graph
+
+    graph, _ = load_graph(write(tmp_path / "t.parquet", _launches(4) + _shifted(_big_copy(8 << 20), 9, 50_000)))
+    for protocol in ("baseline", "fastrack"):
+        rep = replay_graph(graph, protocol)
+        g, reads = transform_tracked(graph, protocol, _h100().from_preset())
+        assert reads and same_schedule_inputs(g, rep.graph) and makespan_of(g) == rep.result.makespan_ns
+        d = RangeStudy(graph).protocol_range(protocol)  # nothing given: recomputed
+        assert d["ranges"]["makespan_ns"] == rep.result.makespan_ns and not d["ranges"]["notes"]
+
+
+@pytest.mark.parametrize("protocol", ["none", "captured"])
+def test_none_and_captured_have_no_range_and_say_so(tmp_path, protocol):
+    from replay.pipeline.ranges import RangeStudy, range_line
+    from replay.pipeline.run import load_graph
+
+    graph, _ = load_graph(write(tmp_path / "t.parquet", _launches(2)))
+    d = RangeStudy(graph).protocol_range(protocol)
+    assert d["makespan_range_ns"] is None and d["slowdown_range"] is None and d["range_driver"] is None
+    assert range_line(protocol, d) == f"range: {protocol}: no range (the protocol assumes nothing CC-related; " \
+                                      "its parameters are not varied)"
+
+
+def test_the_one_line_text():
+    from replay.pipeline.ranges import range_line
+
+    d = {"makespan_range_ns": [1, 2], "slowdown_range": [1.03, 1.258], "range_driver": "submit.kernel_ns",
+         "ranges": {}}
+    assert range_line("baseline", d, 10, 1.094) == "range: baseline +9.4% (+3.0% to +25.8%; driven by submit.kernel_ns)"
+    d["slowdown_range"] = None
+    assert range_line("baseline", d, 1_500_000) == ("range: baseline makespan 1.500 ms (0.000 to 0.000 ms; "
+                                                     "driven by submit.kernel_ns)")
+
+
+# ---------------------------------------------------------------------------------------------
+# front ends
+
+
+def test_run_json_and_text_carry_the_range(tmp_path):
+    trace = str(write(tmp_path / "t.parquet", _launches(6)))
+
+    def cli(*args):
+        proc = subprocess.run([sys.executable, "-m", "replay.frontend.cli", *args], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    out = json.loads(cli("--protocol", "baseline", "--ranges", "--json", trace))
+    assert set(out) >= {"makespan_range_ns", "slowdown_range", "range_driver", "ranges", "slowdown_vs_none"}
+    lo, hi = out["makespan_range_ns"]
+    assert lo <= out["makespan_ns"] <= hi and out["slowdown_range"][0] <= out["slowdown_vs_none"] <= out["slowdown_range"][1]
+    assert out["range_driver"] in {r["parameter"] for r in out["ranges"]["parameters"]}
+    plain = json.loads(cli("--protocol", "baseline", "--json", trace))  # off by default: the keys of before
+    assert "makespan_range_ns" not in plain and set(plain) == set(out) - {"makespan_range_ns", "slowdown_range",
+                                                                          "range_driver", "ranges"}
+    text = cli("--protocol", "baseline", "--ranges", trace).splitlines()
+    line = [ln for ln in text if ln.startswith("range: ")]
+    assert len(line) == 1 and re.fullmatch(r"range: baseline [+-]\d+\.\d% \([+-]\d+\.\d% to [+-]\d+\.\d%; driven by "
+                                           r"[a-z_]+\.[a-z_0-9]+\)", line[0]), line
+    cmp = json.loads(cli("compare", "--ranges", "--json", trace))
+    rows = {r["protocol"]: r for r in cmp["rows"]}
+    assert rows["none"]["makespan_range_ns"] is None and "no range" in rows["none"]["ranges"]["note"]
+    assert rows["baseline"]["slowdown_range"] == out["slowdown_range"]
+
+
+def test_api_ranges(tmp_path):
+    import fastrack
+
+    trace = str(write(tmp_path / "t.parquet", _launches(6)))
+    r = fastrack.replay(trace, "baseline", ranges=True)
+    lo, hi = r.slowdown_range
+    assert lo <= r.slowdown <= hi and r.range_driver and r.makespan_range_ns[0] <= r.makespan_ns
+    assert r.to_dict()["slowdown_range"] == r.slowdown_range
+    assert fastrack.replay(trace, "baseline").slowdown_range is None
+    c = fastrack.compare(trace, ["baseline"], ranges=True)
+    assert c["baseline"].slowdown_range == r.slowdown_range
+    assert c.to_dict()["rows"][0]["range_driver"] == r.range_driver
+
+
+@pytest.mark.parametrize("protocol", ["baseline", "fastrack", "none"])
+def test_a_parameter_the_transform_did_not_read_cannot_change_its_graph(tmp_path, protocol):
+    # the skip is exact: every ranged parameter left unread, moved to either end, gives the same
+    # schedule inputs (a copy, a memset, a launch and a sync: most of the one-GPU paths)
+    from replay.pipeline.ranges import ranged_parameters, same_schedule_inputs, transform_tracked
+    from replay.pipeline.run import load_graph
+    from replay.plugins import load_protocol
+
+    ops = _launches(2) + _shifted(_big_copy(4 << 20), 5, 40_000)
+    ops.append(op("memset", "Memset (Device)", 90_000, 1_000, stream=2, device=0, bytes=4096))
+    graph, _ = load_graph(write(tmp_path / "t.parquet", ops))
+    cls = _h100()
+    hw = cls.from_preset()
+    g0, reads = transform_tracked(graph, protocol, hw)
+    unread = [r for r in ranged_parameters(hw) if r.name not in reads]
+    assert unread and reads
+    for r in unread:
+        for end in (r.low, r.high):
+            g = load_protocol(protocol)(graph, cls.from_preset(None, [f"{r.name}={end}"]))
+            assert same_schedule_inputs(g, g0), (r.name, end)
+
+
+def test_sweep_ranges(tmp_path):
+    trace = str(write(tmp_path / "t.parquet", _launches(4)))
+    proc = subprocess.run([sys.executable, "-m", "replay.frontend.cli", "sweep", trace, "--protocols", "baseline",
+                           "--set", "pcie.latency_ns=800,1200", "-o", str(tmp_path / "s.parquet"), "-j", "1",
+                           "--ranges", "--json"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    spans = json.loads(proc.stdout)["ranges"]
+    assert [s["overrides"] for s in spans] == [["pcie.latency_ns=800"], ["pcie.latency_ns=1200"]]
+    for s in spans:
+        assert s["protocol"] == "baseline" and s["ranges"]["fixed_by_set"] == ["pcie.latency_ns"]
+        assert s["slowdown_range"][0] <= s["slowdown_vs_none"] <= s["slowdown_range"][1]
