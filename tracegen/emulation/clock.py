@@ -13,7 +13,10 @@ Which callers see which clock:
   script's Python since the last handler counts, as for any interception); in ``modelled`` mode,
   where the script's Python is free, a read costs :data:`CLOCK_READ_NS`, so a loop that polls the
   clock until a deadline still ends;
-* other threads, and the Python standard library's own waits and timeouts (``queue``,
+* other threads (also those the script starts, which are otherwise emulated, :mod:`.threads`:
+  a thread that polls with ``time.sleep`` until the main thread has work for it would spin
+  without waiting and write one ``time.sleep`` op per turn, a number set by real timing), and
+  the Python standard library's own waits and timeouts (``queue``,
   ``threading``, ``asyncio``, ``selectors``, ``subprocess``, ``multiprocessing``, ...: any caller
   whose code lives in the standard library folder): the real clock. Those block for real, and a
   real wait measured on a clock that does not move would never end.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +79,7 @@ class DispatchMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if threading.get_ident() != self.rec.main_ident:
+        if not self.rec.known_thread():  # a thread the capture did not start (autograd's, say)
             return func(*args, **kwargs)
         self.rec.enter()
         try:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from tracegen.emulation.clock import REAL_PERF_COUNTER_NS
 from tracegen.emulation.scripttime import ScriptTime, calibrate_cpu
 
 if TYPE_CHECKING:
@@ -56,11 +57,13 @@ def host_scaled_spec(spec, speed: float):
 
 
 class HostClock:
-    """Advances ``rec.now`` between the emulator's handlers.
+    """Advances ``rec.now`` between the emulator's handlers, for one host thread (each thread
+    the capture started has its own clock, :mod:`tracegen.emulation.threads`).
 
     ``enter()``/``leave()`` bracket the emulator's own bookkeeping (nested calls count once);
     in ``measured`` mode the wall time outside them is the script's host time, in ``script`` mode
-    the main thread's CPU time outside them (scaled to the target host)."""
+    its thread's CPU time outside them (scaled to the target host). Once the script has started
+    a thread, the outermost ``enter()`` takes ``rec.lock`` and the matching ``leave()`` releases it."""
 
     def __init__(self, rec: "Recorder", mode: str = "modelled", stats: ScriptTime | None = None):
         """``stats``: script mode, a calibration already made (no calibration loop is run)."""
@@ -71,7 +74,7 @@ class HostClock:
         self.measured = mode == "measured"
         self.script = mode == "script"
         self.timed = mode != "modelled"
-        self._read = time.thread_time_ns if self.script else time.perf_counter_ns
+        self._read = time.thread_time_ns if self.script else REAL_PERF_COUNTER_NS  # never the script's clock
         self._ident = threading.get_ident()
         self.stats: ScriptTime | None = None
         self._intercept_ns = 0
@@ -84,6 +87,7 @@ class HostClock:
         self._resume = self._read()
         self._entered = self._resume
         self._depth = 0
+        self._locked = False  # holds rec.lock (threaded scripts: one thread in the handlers at a time)
         self._owed = 0  # script mode: measured ns not yet on the timeline (negative: overhead overshoot)
 
     @property
@@ -115,6 +119,9 @@ class HostClock:
             else:
                 t = self._read()
                 self.rec.now += int(max(0, t - self._resume - self._intercept_ns) / self.rec.speed.host)
+        if self._depth == 0 and self.rec.threaded and threading.get_ident() == self._ident:
+            self.rec.lock.acquire()  # after the reading: waiting for another thread is not script time
+            self._locked = True
         self._depth += 1
 
     def leave(self) -> None:
@@ -125,6 +132,9 @@ class HostClock:
             self._resume = self._read()
             if self.script:
                 self.stats.emulator_cpu_ns += self._resume - self._entered
+        if self._depth == 0 and self._locked:
+            self._locked = False
+            self.rec.lock.release()
 
     def _script_time(self, dt: int, interception: bool = True) -> None:
         """``dt`` measured CPU ns of the script (may be slightly negative: the calibrated
@@ -146,7 +156,7 @@ class HostClock:
         """Run ``fn`` (PyTorch's or the script's own host code, called from a handler): measured
         mode counts its wall time as host time; modelled and script modes charge nothing for it
         (the ATen operators it dispatches are charged one by one)."""
-        if not self.measured or self._depth != 1 or threading.get_ident() != self.rec.main_ident:
+        if not self.measured or self._depth != 1 or threading.get_ident() != self._ident:
             return fn(*a, **kw)
         self.leave()
         try:
@@ -173,11 +183,11 @@ class HostClock:
 
     # -- modelled Python costs -------------------------------------------------------------
     def _module_call(self, module, args):
-        if threading.get_ident() == self.rec.main_ident:
+        if self.rec.known_thread():
             self.rec.now += self.rec.spec.module_call_host_ns
 
     def _optimizer_step(self, opt, args, kwargs):
-        if threading.get_ident() != self.rec.main_ident:
+        if not self.rec.known_thread():
             return
         spec = self.rec.spec
         n = sum(1 for g in opt.param_groups for p in g["params"] if p.grad is not None)

@@ -1,5 +1,6 @@
 """An emulated GPU session: the ``torch.cuda`` patches, the function mode, the dispatch mode, the
-host-time hooks and the gradient-ready markers, all at once around the script."""
+host-time hooks, the gradient-ready markers and the script's threads (:mod:`.threads`), all at
+once around the script."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tracegen.emulation.dispatch import DispatchMode
 from tracegen.emulation.function_mode import FunctionMode
 from tracegen.emulation.gradmarks import install_grad_markers
 from tracegen.emulation.hosttime import calibrate
+from tracegen.emulation.threads import threads_emulated
 from tracegen.emulation.timeline import Recorder
 
 
@@ -36,7 +38,7 @@ def emulated_gpu(rec: Recorder, real_clock: bool = False):
         remove_marks = install_grad_markers(rec)
         rec.clock.restart()
         try:
-            with script_clock(rec, real_clock), fmode, dmode:
+            with script_clock(rec, real_clock), fmode, dmode, threads_emulated(rec, fmode, dmode):
                 yield rec
         finally:
             remove_marks()

@@ -1,4 +1,5 @@
-"""The virtual timeline of one emulated capture: host ops on the main thread, GPU ops on
+"""The virtual timeline of one emulated capture: host ops on the script's host threads (the main
+thread and those it starts, each with its own :class:`HostState`; :mod:`.threads`), GPU ops on
 in-order streams, and the composite actions (kernel launch, memcpy, memset, synchronisation,
 events) the emulator's layers emit. Durations come from :mod:`tracegen.emulation.costmodel`; how
 host time advances between the emulator's handlers is :mod:`tracegen.emulation.hosttime`. The
@@ -70,6 +71,37 @@ CAPTURE_SYNC_ERROR = ("CUDA error: operation not permitted when stream is captur
 _ACTIVE: list["Recorder"] = []
 
 
+class HostState:
+    """One host thread of the capture: its trace thread id, virtual clock (``now``), the end and
+    index of its last host op, the script time not yet written, its :class:`HostClock` and its
+    current stream (PyTorch's current stream is per thread too)."""
+
+    __slots__ = ("thread", "now", "host_end", "last_host", "script_pending", "clock", "current_stream",
+                 "first_deps")
+
+    def __init__(self, thread: int, now: int = 0):
+        self.thread = thread
+        self.now = now  # virtual host time, ns
+        self.host_end = now  # end of the last host op written
+        self.last_host: int | None = None  # index of the last host op
+        self.script_pending = 0  # script host time (ns) on the timeline since the last host op written
+        self.clock: HostClock | None = None
+        self.current_stream = None
+        self.first_deps: list = []  # [(index, DepKind)] the thread's first host op gets (its spawn)
+
+
+def _state_attr(name: str) -> property:
+    """A recorder attribute held per host thread (:meth:`Recorder.state`)."""
+
+    def get(rec):
+        return getattr(rec._local.__dict__.get("state") or rec.main, name)
+
+    def put(rec, value):
+        setattr(rec._local.__dict__.get("state") or rec.main, name, value)
+
+    return property(get, put, doc=f"the calling thread's ``{name}`` (HostState)")
+
+
 def active_recorder() -> "Recorder":
     """The recorder of the innermost active emulated GPU."""
     if not _ACTIVE:
@@ -97,21 +129,24 @@ class Recorder:
         modelled host duration are divided by them."""
         self.speed = speed_factors(gpu_speed, copy_speed, host_speed)
         self.spec = host_scaled_spec(spec, self.speed.host)
-        self.script_pending = 0  # script host time (ns) on the timeline since the last host op written
-        self.clock = HostClock(self, host_time)
-        self.ops: list[_Op] = []
-        self.thread = HOST_THREAD
+        # the per-thread host state (HostState; tracegen.emulation.threads): the main thread's is
+        # ``self.main``; a thread the capture started has its own, found through ``self._local``;
+        # ``now``, ``host_end``, ``last_host``, ``thread``, ``script_pending``, ``clock`` and
+        # ``current_stream`` below are the calling thread's
+        self._local = threading.local()
         self.main_ident = threading.get_ident()
-        self.now = 0  # virtual host time, ns
-        self.host_end = 0  # end of the last host op written
-        self.last_host: int | None = None  # index of the last host op
+        self.main = HostState(HOST_THREAD)
+        self.threads = None  # tracegen.emulation.threads.Threads of the session, once installed
+        self.threaded = False  # a thread has been started under the capture (the handlers take self.lock)
+        self.lock = threading.RLock()  # held by a thread inside the emulator's handlers (threaded scripts)
+        self.main.clock = HostClock(self, host_time)
+        self.ops: list[_Op] = []
         self.stream_free: dict[int, int] = {}
         self.stream_last: dict[int, int] = {}
         self.stream_pending_events: dict[int, list[int]] = {}
         self.stream_ready: dict[int, int] = {}
         self._next_stream = DEFAULT_STREAM + 6
         self.default_stream = None  # created lazily (needs an activated recorder)
-        self.current_stream = None
         self.correlation = 0
         self.opt_steps = 0
         self.explicit_step = -1
@@ -124,6 +159,24 @@ class Recorder:
         self.nvtx_stack: list[str] = []  # open torch.cuda.nvtx ranges (tracegen.emulation.nvtx)
         self.nvtx_range_ids = 0
         self.graph_capture_stream = None  # torch.cuda.graph's side stream (tracegen.emulation.graphs)
+
+    # -- the calling thread's host state (tracegen.emulation.threads) -----------------------
+    def state(self) -> HostState:
+        """The host state of the calling thread: its own if the capture started it, else the
+        main thread's (a thread the emulator does not know writes on the main thread, as before)."""
+        return getattr(self._local, "state", None) or self.main
+
+    def known_thread(self) -> bool:
+        """The calling thread is the main thread or one the capture started (and set up)."""
+        return getattr(self._local, "state", None) is not None or threading.get_ident() == self.main_ident
+
+    now = _state_attr("now")
+    host_end = _state_attr("host_end")
+    last_host = _state_attr("last_host")
+    thread = _state_attr("thread")
+    script_pending = _state_attr("script_pending")
+    clock = _state_attr("clock")
+    current_stream = _state_attr("current_stream")
 
     # -- notes and markers ----------------------------------------------------------------
     def note(self, text: str) -> None:
@@ -171,26 +224,41 @@ class Recorder:
         ``--host-time script`` the gap holds the script's own measured time first (written as
         its own ``cpu`` op when at least ``SCRIPT_OP_MIN_NS``), then the framework part named
         after the operator being launched."""
-        if self.now > self.host_end:
-            gap = self.now - self.host_end
-            own = min(self.script_pending, gap)
+        st = self.state()
+        if st.now > st.host_end:
+            gap = st.now - st.host_end
+            own = min(st.script_pending, gap)
             if own >= SCRIPT_OP_MIN_NS:
-                self._host_raw(OpKind.CPU, SCRIPT_OP_NAME, self.host_end, own)
+                self._host_raw(OpKind.CPU, SCRIPT_OP_NAME, st.host_end, own)
                 gap -= own
             if gap > 0:
-                self._host_raw(OpKind.CPU, gap_name or self.cpu_op_name, self.host_end, gap)
-        self.script_pending = 0
-        idx = self._host_raw(kind, name, self.now, dur)
-        self.now = self.host_end = self.now + dur
+                self._host_raw(OpKind.CPU, gap_name or self.cpu_op_name, st.host_end, gap)
+        st.script_pending = 0
+        idx = self._host_raw(kind, name, st.now, dur)
+        st.now = st.host_end = st.now + dur
+        return idx
+
+    def handoff_wait(self, name: str, src: int | None, src_time: int) -> int | None:
+        """The receiving side of a handoff between host threads (:mod:`tracegen.emulation.threads`):
+        a ``sync`` host op ``name`` that waited until ``src_time``, the sender's virtual time when
+        it handed over at its host op ``src`` (a SYNC dependency; Lamport: the receiver's time
+        becomes the later of both)."""
+        if src is None:
+            return None
+        idx = self.host(OpKind.SYNC, name, max(0, src_time - self.state().now))
+        self.ops[idx].deps.append((src, DepKind.SYNC))
         return idx
 
     def _host_raw(self, kind, name, start, dur) -> int:
-        op = _Op(kind, name, start, max(0, int(dur)), thread=self.thread)
-        if self.last_host is not None:
-            op.deps.append((self.last_host, DepKind.PROGRAM))
+        st = self.state()
+        op = _Op(kind, name, start, max(0, int(dur)), thread=st.thread)
+        if st.last_host is not None:
+            op.deps.append((st.last_host, DepKind.PROGRAM))
+        elif st.first_deps:
+            op.deps.extend(st.first_deps)
         idx = self._add(op)
-        self.last_host = idx
-        self.host_end = start + op.dur
+        st.last_host = idx
+        st.host_end = start + op.dur
         return idx
 
     def stream_id(self, stream=None) -> int:

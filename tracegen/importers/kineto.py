@@ -46,6 +46,8 @@ rank comes from ``distributedInfo.rank``, else the file name (``rank-3``, ``rank
 from __future__ import annotations
 
 import codecs
+import contextlib
+import sys
 import gzip
 import json
 import os
@@ -263,7 +265,8 @@ def _read_head(path: str) -> tuple[dict[str, Any], str | None]:
         return _read_head_with(path, _backend)
     except _WideInteger as wide:
         try:
-            return _read_head_with(path, _PY_BACKEND)
+            with _quiet_python_backend():
+                return _read_head_with(path, _PY_BACKEND)
         except (ijson.JSONError, ValueError):
             raise wide.error from None
 
@@ -272,8 +275,8 @@ def _read_head_with(path: str, backend) -> tuple[dict[str, Any], str | None]:
     head: dict[str, Any] = {}
     with _open(path) as raw:
         f = _Counted(raw, path)
+        events = backend.parse(f, use_float=True)  # numbers as the events and the tail read them
         try:
-            events = backend.parse(f, use_float=True)  # numbers as the events and the tail read them
             first = next(events, None)
             if first is None:
                 raise TraceFormatError("empty JSON document", path=path)
@@ -318,6 +321,42 @@ def _read_head_with(path: str, backend) -> tuple[dict[str, Any], str | None]:
             if backend is not _PY_BACKEND and "integer overflow" in str(exc):
                 raise _WideInteger(_json_error(exc, path, f)) from None
             raise _json_error(exc, path, f) from None
+        finally:
+            _close_quietly(events)  # (left half-way: the head is all it reads)
+            del events  # (so that a caller's gc frees the parser: _quiet_python_backend)
+
+
+@contextlib.contextmanager
+def _quiet_python_backend():
+    """ijson's pure-Python backend is a chain of coroutines; left half-way (a document refused or
+    cut short), its inner ones raise when they are freed, and Python prints each as an
+    "Exception ignored" traceback after our one-line message. Inside this block those are
+    dropped (they are ijson's, about a document already refused): the chain is freed before the
+    block ends, with the hook in place."""
+    import gc
+
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not isinstance(unraisable.exc_value, ijson.JSONError):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook = previous
+
+
+def _close_quietly(gen) -> None:
+    """Close a parser generator left half-way, now. The pure-Python backend's generators raise on
+    close when the document is cut short or was refused, which at garbage collection would print
+    an "Exception ignored" traceback after the one-line message."""
+    try:
+        gen.close()
+    except Exception:  # noqa: BLE001 - what it would say, the caller has said or does not need
+        pass
 
 
 def _tail_keys(window: bytes) -> dict[str, Any]:
@@ -484,7 +523,8 @@ def _stream_events(path: str, prefix: str, fd: _FileData) -> tuple[_FileData, di
     except _WideInteger as wide:  # yajl stops at an integer beyond 64 bits (rocprof's hive_id): Python's parser reads it
         fd = _FileData(path=path, rank=0, world_size=None, head={}, num_events=0)
         try:
-            return _ijson_events(path, prefix, fd, _PY_BACKEND)
+            with _quiet_python_backend():
+                return _ijson_events(path, prefix, fd, _PY_BACKEND)
         except (ijson.JSONError, ValueError):  # not JSON after all: yajl's error, as before
             raise wide.error from None
 
@@ -502,14 +542,26 @@ def _ijson_events(path: str, prefix: str, fd: _FileData, backend) -> tuple[_File
     with _open(path) as raw:
         counted = _Counted(raw, path)
         reader = _TailReader(counted)
+        items = backend.items(reader, prefix, use_float=True)
+        marked = _marked(items, reader)
+        failure: Exception | None = None
         try:
-            n = _collect(path, _marked(backend.items(reader, prefix, use_float=True), reader), fd)
+            n = _collect(path, marked, fd)
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-            raise _io_error(exc, path) from None
+            failure = _io_error(exc, path)
         except ijson.JSONError as exc:
             if backend is not _PY_BACKEND and "integer overflow" in str(exc):
-                raise _WideInteger(_json_error(exc, path, counted)) from None
-            raise _json_error(exc, path, counted) from None
+                failure = _WideInteger(_json_error(exc, path, counted))
+            else:
+                failure = _json_error(exc, path, counted)
+        except TraceFormatError as exc:  # raised again below, without the frames that hold the parser
+            failure = exc.with_traceback(None)
+        finally:
+            _close_quietly(marked)
+            _close_quietly(items)
+            del marked, items  # (so that a caller's gc frees the parser: _quiet_python_backend)
+    if failure is not None:
+        raise failure from None
     fd.num_events = n
     tail = _tail_keys(reader.tail()) if prefix != "item" else {}
     return fd, tail
