@@ -160,7 +160,17 @@ def test_bad_options(tmp_path, args, word):
 
 
 def test_a_trace_without_engine_step_markers_is_refused(tmp_path):
-    trace = ROOT / "traces" / "serving.parquet"  # request markers, but captured before engine-step markers
+    # the shipped serving trace with its engine-step markers renamed: request markers, no steps
+    import pyarrow as pa
+
+    from fastrack_core.traceio import read_trace, write_trace
+
+    t = read_trace(ROOT / "traces" / "serving.parquet")
+    names = [n.replace("engine_step:", "other_step:") if n else n for n in t.table.column("name").to_pylist()]
+    field = t.table.schema.field("name")
+    table = t.table.set_column(t.table.schema.get_field_index("name"), field,
+                               pa.array(names, pa.string()).dictionary_encode().cast(field.type))
+    trace = write_trace(tmp_path / "no-steps.parquet", table, t.metadata)
     plot = tmp_path / "out.png"
     r = _run(["serve", str(trace), "--workload", "closed:4", "--plot", str(plot)])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
