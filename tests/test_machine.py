@@ -109,9 +109,9 @@ def test_a_change_in_one_file_reaches_both_halves(tmp_path):
     spec, model = costmodel.get_spec(str(p)), load_model("h100").from_preset(str(p))
     assert spec.sms == model.p.gpu.sms == 100
     assert spec.pcie_pageable_gb_s == model.p.host.staging_copy_gb_s == 20.0
-    # a pageable copy: latency + bytes at the staging rate (20 GB/s = 20 bytes/ns): 1000 + 50000 ns
-    assert costmodel.h2d_d2h_ns(1_000_000, False, spec) == 1000 + 50_000
-    assert costmodel.h2d_d2h_ns(1_000_000, True, spec) == 1000 + 20_000  # pinned: 50 GB/s
+    # a pageable copy: latency + bytes at the staging rate (20 GB/s = 20 bytes/ns): 2000 + 50000 ns
+    assert costmodel.h2d_d2h_ns(1_000_000, False, spec) == 2000 + 50_000
+    assert costmodel.h2d_d2h_ns(1_000_000, True, spec) == 2000 + 20_000  # pinned: 50 GB/s
 
 
 def test_costmodel_table_overrides_calibration_but_not_facts(tmp_path):
@@ -211,9 +211,9 @@ torch.cuda.synchronize()
 
 
 def test_copies_are_priced_alike_by_capture_and_replay(tmp_path):
-    """By hand, on h100-sxm (pcie.latency_ns = 1000, 50 GB/s pinned, host.staging_copy_gb_s =
-    10 GB/s): the pageable 1 MiB copy takes 1000 + 1048576 / 10 = 105 858 ns, the pinned one
-    1000 + 1048576 / 50 = 21 972 ns, in the capture; the replay without a TEE computes the same
+    """By hand, on h100-sxm (pcie.latency_ns = 2000, 50 GB/s pinned, host.staging_copy_gb_s =
+    10 GB/s): the pageable 1 MiB copy takes 2000 + 1048576 / 10 = 106 858 ns, the pinned one
+    2000 + 1048576 / 50 = 22 972 ns, in the capture; the replay without a TEE computes the same
     copies from the same preset, so its makespan equals the captured replay's."""
     import fastrack
     from fastrack_core.traceio import read_trace
@@ -226,7 +226,7 @@ def test_copies_are_priced_alike_by_capture_and_replay(tmp_path):
     assert res.exit_code == 0, res.output
     df = read_trace(out).table.to_pandas()
     h2d = df[(df.kind == "memcpy") & (df.bytes == 1 << 20)]
-    assert sorted(h2d.dur_ns) == [21_972, 105_858]
+    assert sorted(h2d.dur_ns) == [22_972, 106_858]
     none, captured = fastrack.replay(out, "none"), fastrack.replay(out, "captured")
     assert none.makespan_ns == captured.makespan_ns
 

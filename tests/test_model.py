@@ -121,11 +121,11 @@ def test_add_lanes_per_rank_and_idempotent():
 def test_params_and_describe():
     m = H100Model.from_preset()
     rows = m.describe()
-    assert ("pcie", "latency_ns", 1000, m.sources["pcie"]["latency_ns"]) in rows
+    assert ("pcie", "latency_ns", 2000, m.sources["pcie"]["latency_ns"]) in rows
     assert len(rows) == sum(len(v) for v in m.params.values())
     p = m.params
     p["pcie"]["latency_ns"] = 1  # a copy: the model is not changed through it
-    assert m.params["pcie"]["latency_ns"] == 1000
+    assert m.params["pcie"]["latency_ns"] == 2000
 
 
 def test_interface_is_abstract():

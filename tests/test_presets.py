@@ -79,10 +79,10 @@ def test_schema_has_units_and_docs():
 
 def test_preset_by_path(tmp_path):
     p = tmp_path / "mine.toml"
-    p.write_text(SXM.read_text().replace('name = "h100-sxm"', 'name = "mine"').replace("latency_ns = 1000",
-                                                                                        "latency_ns = 700"))
+    p.write_text(SXM.read_text().replace('name = "h100-sxm"', 'name = "mine"').replace("latency_ns = 2000",
+                                                                                        "latency_ns = 1700"))
     m = H100Model.from_preset(str(p))
-    assert m.preset_name == "mine" and m.params["pcie"]["latency_ns"] == 700
+    assert m.preset_name == "mine" and m.params["pcie"]["latency_ns"] == 1700
     assert m.preset_path == str(p)
 
 
@@ -102,7 +102,7 @@ def _err(tmp_path, text: str) -> str:
 
 
 def test_typo_key_names_key_table_and_known_keys(tmp_path):
-    msg = _err(tmp_path, SXM.read_text().replace("latency_ns = 1000", "latency_us = 1"))
+    msg = _err(tmp_path, SXM.read_text().replace("latency_ns = 2000", "latency_us = 1"))
     assert "[pcie] unknown key (a str of 10 characters)" in msg
     assert "did you mean 'latency_ns'" in msg
     assert "h2d_bandwidth_gb_s, d2h_bandwidth_gb_s, latency_ns" in msg
@@ -119,9 +119,9 @@ def test_missing_source(tmp_path):
 
 
 def test_wrong_type(tmp_path):
-    msg = _err(tmp_path, SXM.read_text().replace("latency_ns = 1000", 'latency_ns = "1 us"'))
+    msg = _err(tmp_path, SXM.read_text().replace("latency_ns = 2000", 'latency_ns = "1 us"'))
     assert "[pcie] latency_ns: expected an integer, got str of 4 characters" in msg
-    msg = _err(tmp_path, SXM.read_text().replace("latency_ns = 1000", "latency_ns = 1.5"))
+    msg = _err(tmp_path, SXM.read_text().replace("latency_ns = 2000", "latency_ns = 1.5"))
     assert "[pcie] latency_ns: expected an integer, got float 1.5" in msg
 
 
@@ -201,7 +201,7 @@ def test_digest_changes_with_values_not_with_sources():
     a, b = H100Model.from_preset(), H100Model.from_preset()
     assert a.digest == b.digest and len(a.digest) == 64
     assert H100Model.from_preset(None, ["pcie.latency_ns=999"]).digest != a.digest
-    assert H100Model.from_preset(None, ["pcie.latency_ns=1000"]).digest == a.digest  # same value
+    assert H100Model.from_preset(None, ["pcie.latency_ns=2000"]).digest == a.digest  # same value
     assert round_model().digest == H100Model.from_dict(round_raw()).digest
 
 
