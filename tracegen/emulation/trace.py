@@ -14,7 +14,10 @@ def recorder_table(rec) -> pa.Table:
     """The schema-v1 table of an emulated capture (rows sorted by start, host before GPU)."""
     ops = rec.ops
     use_explicit = rec.saw_explicit_step
-    order = sorted(range(len(ops)), key=lambda i: (ops[i].start, ops[i].kind.on_gpu, i))
+    # ties: host before GPU, then by host thread (threads reach the emulator in an order that varies
+    # from run to run; within a thread, and for GPU ops, the order of recording)
+    order = sorted(range(len(ops)), key=lambda i: (ops[i].start, ops[i].kind.on_gpu,
+                                                   0 if ops[i].kind.on_gpu else ops[i].thread, i))
     new = {old: new for new, old in enumerate(order)}
     cols: dict[str, list] = {k: [] for k in ("op_id", "device", "thread", "stream", "kind", "name", "start_ns",
                                               "dur_ns", "bytes", "copy_dir", "host_mem", "correlation", "step",
@@ -41,6 +44,12 @@ def recorder_table(rec) -> pa.Table:
         cols["step"].append(step)
         cols["deps"].append([new[d] for d, _ in op.deps])
         cols["dep_kinds"].append([int(k) for _, k in op.deps])
+    if len({t for t in cols["thread"] if t >= 0}) > 1:
+        # several host threads: correlation ids were handed out in the order the threads reached
+        # the emulator, which varies from run to run; number them by first appearance in row order
+        # (pairs stay pairs). A one-thread capture keeps its ids as recorded.
+        renumber: dict[int, int] = {}
+        cols["correlation"] = [c if c < 0 else renumber.setdefault(c, len(renumber) + 1) for c in cols["correlation"]]
     t0 = min(cols["start_ns"]) if cols["start_ns"] else 0
     cols["start_ns"] = [s - t0 for s in cols["start_ns"]]
     return make_table(cols)
