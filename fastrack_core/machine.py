@@ -195,6 +195,14 @@ def read_tables(path: Path, _seen: tuple[Path, ...] = ()) -> tuple[dict[str, dic
     ref = head.get("extends")
     if not ref:
         return raw, head
+    merged, _ = read_tables(extends_path(ref, path), _seen + (path,))
+    return merge_over(merged, raw), head
+
+
+def extends_path(ref: str, path: Path) -> Path:
+    """The file ``[preset] extends = ref`` of the preset at ``path`` names: a preset name (``.toml``
+    added, next to ``path``) or a path (relative to ``path``'s folder). One line, naming neither the
+    value nor the file it resolved to, when there is none."""
     base = Path(ref)
     if base.suffix != ".toml":
         base = base.with_suffix(".toml") if len(base.parts) > 1 else Path(f"{ref}.toml")
@@ -202,15 +210,22 @@ def read_tables(path: Path, _seen: tuple[Path, ...] = ()) -> tuple[dict[str, dic
         base = path.parent / base
     if not base.is_file():
         raise ConfigError(f"[{PRESET_TABLE}] extends: no such preset next to this file", path=str(path))
-    merged, _ = read_tables(base, _seen + (path,))
+    return base
+
+
+def merge_over(base: dict[str, dict[str, Any]], raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The tables of a preset over those of the one it extends (``base``, a fresh copy): keys
+    replace keys, and a value restated without its range drops the base's range (the range
+    brackets a value, not a key)."""
+    merged = {t: dict(body) for t, body in base.items()}
     for table, body in raw.items():
         into = merged.setdefault(table, {})
-        for key in body:  # a value restated without its range drops the base's range (as replay.config)
+        for key in body:
             if param_name(key) == key and key + RANGE_SUFFIX not in body:
                 into.pop(key + RANGE_SUFFIX, None)
                 into.pop(key + RANGE_SOURCE_SUFFIX, None)
         into.update(body)
-    return merged, head
+    return merged
 
 
 def param_name(key: str) -> str:

@@ -40,12 +40,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from fastrack_core.errors import ConfigError, shown
-from fastrack_core.machine import MACHINE_TABLES
-
-SOURCE_SUFFIX = "_source"
-RANGE_SUFFIX = "_range"  # key_range = [low, high]: the uncertainty range of an assumption or fit (docs/model.md)
-RANGE_SOURCE_SUFFIX = RANGE_SUFFIX + SOURCE_SUFFIX  # key_range_source: why those two ends
-PRESET_TABLE = "preset"
+# the preset file's grammar (key suffixes, [preset], extends and its merge) is the floor's, one
+# definition for the machine description and this loader: docs/model.md, docs/machine.md
+from fastrack_core.machine import (MACHINE_TABLES, PRESET_TABLE, RANGE_SOURCE_SUFFIX, RANGE_SUFFIX,  # noqa: F401
+                                   SOURCE_SUFFIX, extends_path, merge_over)
+from fastrack_core.machine import param_name as _param_name
 _TOML_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}  # see _read_toml
 _TOML_CACHE_MAX = 64
 _PRESET_KEYS = {"name": str, "description": str, "extends": str, "model": str}
@@ -202,31 +201,8 @@ def _raw_with_bases(path: Path, seen: tuple[Path, ...] = (), model: str | None =
     base_ref = head.get("extends")
     if not base_ref:
         return raw, head
-    base_path = Path(base_ref)
-    if base_path.suffix != ".toml":
-        base_path = base_path.with_suffix(".toml") if len(base_path.parts) > 1 else Path(f"{base_ref}.toml")
-    if not base_path.is_absolute():
-        base_path = path.parent / base_path
-    if not base_path.is_file():
-        raise ConfigError(f"[{PRESET_TABLE}] extends '{base_ref}': no such preset ({base_path})", path=path)
-    base, _ = _raw_with_bases(base_path, seen + (path,), model)
-    merged = {t: dict(body) for t, body in base.items()}
-    for table, body in raw.items():
-        into = merged.setdefault(table, {})
-        for key in body:  # a value restated without its range drops the base's (the range brackets the value)
-            if _param_name(key) == key and key + RANGE_SUFFIX not in body:
-                into.pop(key + RANGE_SUFFIX, None)
-                into.pop(key + RANGE_SOURCE_SUFFIX, None)
-        into.update(body)
-    return merged, head
-
-
-def _param_name(key: str) -> str:
-    """The parameter a preset key belongs to: ``x``, ``x_source``, ``x_range``, ``x_range_source`` -> ``x``."""
-    for suffix in (RANGE_SOURCE_SUFFIX, SOURCE_SUFFIX, RANGE_SUFFIX):
-        if key.endswith(suffix):
-            return key[: -len(suffix)]
-    return key
+    base, _ = _raw_with_bases(extends_path(base_ref, Path(path)), seen + (path,), model)
+    return merge_over(base, raw), head
 
 
 def load_preset(root_cls: type, path: Path, overrides: Iterable[str] | Mapping[str, Any] = (),

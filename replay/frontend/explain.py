@@ -275,9 +275,7 @@ def assumption_sensitivity(trace: str, model: str, preset: str | None, overrides
     """Each assumed parameter alone at its range's ends (or times each factor), replayed under
     :data:`~replay.names.NONE` and :data:`CC_PROTOCOL` on ``replay sensitivity``'s executors; the
     CC overhead at each value, ranked by its largest change."""
-    from tqdm import tqdm
-
-    from replay.frontend.study.executors import batches, execute, open_executor
+    from replay.frontend.study.executors import makespans
     from replay.frontend.study.points import ModelResolver, file_sha256, make_point
     from replay.frontend.study.sensitivity import _perturb
     from replay.frontend.study.spec import override_text
@@ -306,22 +304,7 @@ def assumption_sensitivity(trace: str, model: str, preset: str | None, overrides
                     row["keys"] = [pt.key for pt in pts]
                     points += pts
             rows.append(row)
-    makespan: dict[str, int] = {}
-    unique = list({p.key: p for p in points}.values())
-    if unique:
-        with open_executor(executor, jobs) as (ex, workers, _desc):
-            bar = tqdm(total=len(unique), unit="pt", desc="assumptions",
-                       disable=(None if progress is None else not progress))
-
-            def on_result(results):
-                for r in results:
-                    makespan[r["key"]] = r["makespan_ns"]
-                bar.update(len(results))
-
-            try:
-                execute(batches(unique, workers), ex, workers, on_result)
-            finally:
-                bar.close()
+    makespan = makespans(points, executor, jobs, progress, "assumptions")
     base = cc_ns - none_ns
     by_param: dict[str, dict[str, Any]] = {p["parameter"]: {**p, "points": []} for p in params}
     for row in rows:

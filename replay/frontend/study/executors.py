@@ -205,3 +205,29 @@ def batches(points: Sequence[Point], workers: int) -> list[list[tuple]]:
         for i in range(0, len(group), size):
             out.append([p.task() for p in group[i:i + size]])
     return out
+
+
+def makespans(points: Sequence, executor: str | None, jobs: int | None, progress: bool | None,
+              desc: str) -> dict[str, int]:
+    """Replay every distinct point (by ``key``) on ``executor`` with a progress bar on stderr
+    (``progress``: None = when stderr is a terminal); ``{key: makespan_ns}``. The one loop
+    ``sensitivity`` and ``explain`` share."""
+    from tqdm import tqdm
+
+    out: dict[str, int] = {}
+    unique = list({p.key: p for p in points}.values())
+    if not unique:
+        return out
+    with open_executor(executor, jobs) as (ex, workers, _desc):
+        bar = tqdm(total=len(unique), unit="pt", desc=desc, disable=(None if progress is None else not progress))
+
+        def on_result(results):
+            for r in results:
+                out[r["key"]] = r["makespan_ns"]
+            bar.update(len(results))
+
+        try:
+            execute(batches(unique, workers), ex, workers, on_result)
+        finally:
+            bar.close()
+    return out

@@ -28,7 +28,7 @@ from replay.frontend.options import (
     check_outputs, complete_protocols, executor_options, json_option, model_options, overwrite_option,
 )
 from replay.plugins import DEFAULT_MODEL
-from replay.frontend.study.executors import batches, execute, open_executor
+from replay.frontend.study.executors import makespans
 from replay.frontend.study.points import ModelResolver, check_protocols, file_sha256, make_point
 from replay.frontend.study.spec import override_text, split_values
 
@@ -92,23 +92,7 @@ def sensitivity(trace: str, protocol: str, model: str = DEFAULT_MODEL, preset: s
             rows.append(row)
     if len(points) == 1:
         raise ConfigError(f"model {model} has no numeric parameter to perturb")
-    makespan: dict[str, int] = {}
-    unique = list({p.key: p for p in points}.values())
-    from tqdm import tqdm
-
-    with open_executor(executor, jobs) as (ex, workers, _desc):
-        bar = tqdm(total=len(unique), unit="pt", desc="sensitivity",
-                   disable=(None if progress is None else not progress))
-
-        def on_result(results):
-            for r in results:
-                makespan[r["key"]] = r["makespan_ns"]
-            bar.update(len(results))
-
-        try:
-            execute(batches(unique, workers), ex, workers, on_result)
-        finally:
-            bar.close()
+    makespan = makespans(points, executor, jobs, progress, "sensitivity")
     base = makespan[base_point.key]
     for row in rows:
         m = makespan.get(row["key"]) if row["key"] else None
