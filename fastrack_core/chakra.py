@@ -159,6 +159,9 @@ def _varint(v: int) -> bytes:
     return bytes(out)
 
 
+varint = _varint  # the protobuf base-128 varint, for other protobuf writers (Perfetto's .pftrace)
+
+
 def _zigzag(v: int) -> int:
     return (v << 1) ^ (v >> 63)
 

@@ -322,27 +322,43 @@ def _checked(table: str, key: str, fact: Fact, value: Any, where: str) -> Any:
     return value
 
 
-def _checked_range(table: str, key: str, fact: Fact, body: dict, value: Any, where: str) -> tuple[float, float] | None:
-    """``<key>_range = [low, high]`` with ``<key>_range_source``: the range the source allows; the
-    value must lie in it."""
-    label = f"[{table}] {key}{RANGE_SUFFIX}"
+def range_entry(table: str, key: str, body: dict, where: str | None) -> tuple[Any, str] | None:
+    """The preset grammar of a range, for every reader of a preset: ``(key_range's value, reason)``,
+    or None without a range. The reason is ``key_range_source`` (a non-empty string) or, when that
+    is absent, the key's own ``key_source`` (docs/model.md, "Uncertainty ranges"). A
+    ``key_range_source`` without a range is refused. The value of the range is the caller's to
+    check (it knows the key's type and valid values)."""
     if key + RANGE_SUFFIX not in body:
         if key + RANGE_SOURCE_SUFFIX in body:
             raise ConfigError(f"[{table}] {key}{RANGE_SOURCE_SUFFIX} without {key}{RANGE_SUFFIX} = [low, high]",
                               path=where)
         return None
-    rng = body[key + RANGE_SUFFIX]
+    reason = body.get(key + RANGE_SOURCE_SUFFIX)
+    if reason is None:  # the reason is then part of the key's own source
+        reason = body.get(key + SOURCE_SUFFIX, "")
+    elif not isinstance(reason, str) or not reason.strip():
+        raise ConfigError(f"[{table}] {key}{RANGE_SOURCE_SUFFIX}: expected a non-empty string saying why these "
+                          f"two ends, got a {type(reason).__name__}", path=where)
+    return body[key + RANGE_SUFFIX], str(reason).strip()
+
+
+def _checked_range(table: str, key: str, fact: Fact, body: dict, value: Any, where: str) -> tuple[float, float] | None:
+    """``<key>_range = [low, high]`` (:func:`range_entry`): the range the source allows; the value
+    must lie in it."""
+    label = f"[{table}] {key}{RANGE_SUFFIX}"
+    entry = range_entry(table, key, body, where)
+    if entry is None:
+        return None
+    rng = entry[0]
     if fact.type is str:
         raise ConfigError(f"{label}: only numeric keys take a range", path=where)
-    why = body.get(key + RANGE_SOURCE_SUFFIX)
-    if not isinstance(why, str) or not why.strip():
-        raise ConfigError(f"{label} needs a reason: add {key}{RANGE_SOURCE_SUFFIX} = \"<why these two ends>\"",
-                          path=where)
     ok = (isinstance(rng, list) and len(rng) == 2
           and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in rng))
     if not ok:
         raise ConfigError(f"{label}: expected [low, high] (two numbers)", path=where)
     lo, hi = float(rng[0]), float(rng[1])
+    if lo > hi:
+        raise ConfigError(f"{label}: low must not exceed high", path=where)
     if not lo <= value <= hi:
         raise ConfigError(f"{label}: the value of {key} must lie in [low, high]", path=where)
     return lo, hi

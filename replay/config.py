@@ -43,7 +43,7 @@ from fastrack_core.errors import ConfigError, shown
 # the preset file's grammar (key suffixes, [preset], extends and its merge) is the floor's, one
 # definition for the machine description and this loader: docs/model.md, docs/machine.md
 from fastrack_core.machine import (MACHINE_TABLES, PRESET_TABLE, RANGE_SOURCE_SUFFIX, RANGE_SUFFIX,  # noqa: F401
-                                   SOURCE_SUFFIX, extends_path, merge_over)
+                                   SOURCE_SUFFIX, extends_path, merge_over, range_entry)
 from fastrack_core.machine import param_name as _param_name
 _TOML_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}  # see _read_toml
 _TOML_CACHE_MAX = 64
@@ -280,12 +280,10 @@ def _check_range(cls: type, f: dataclasses.Field, body: Mapping[str, Any], value
     Refused: not two numbers of the key's type, low > high, the value outside, an end outside the
     key's valid range (:func:`value_range`)."""
     label = f"[{table}] {key}{RANGE_SUFFIX}"
-    if key + RANGE_SUFFIX not in body:
-        if key + RANGE_SOURCE_SUFFIX in body:
-            raise ConfigError(f"[{table}] {key}{RANGE_SOURCE_SUFFIX} without {key}{RANGE_SUFFIX} = [low, high]",
-                              path=where)
+    entry = range_entry(table, key, dict(body), where)
+    if entry is None:
         return None
-    rng = body[key + RANGE_SUFFIX]
+    rng, reason = entry
     typ = field_type(cls, f)
     if typ not in (int, float):
         raise ConfigError(f"{label}: only numeric keys take a range ({key} is {_type_name(typ)})", path=where)
@@ -299,13 +297,7 @@ def _check_range(cls: type, f: dataclasses.Field, body: Mapping[str, Any], value
     if not low <= value <= high:
         raise ConfigError(f"{label}: the value must lie inside [low, high], got {_show(value)} outside "
                           f"[{low}, {high}]", path=where)
-    reason = body.get(key + RANGE_SOURCE_SUFFIX)
-    if reason is None:  # the reason is then part of the key's own source (docs/model.md)
-        reason = body.get(key + SOURCE_SUFFIX, "")
-    elif not isinstance(reason, str) or not reason.strip():
-        raise ConfigError(f"[{table}] {key}{RANGE_SOURCE_SUFFIX}: expected a non-empty string saying why these "
-                          f"two ends, got {_show(reason)}", path=where)
-    return low, high, str(reason).strip()
+    return low, high, reason
 
 
 def _show_shape(value: Any) -> str:

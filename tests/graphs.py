@@ -7,6 +7,7 @@ the graph's fields.
 * :class:`HandGraph`: ops added in issue order on host threads and GPU streams, PROGRAM/STREAM
   edges added automatically;
 * :func:`big_graph`: a large numpy-built graph (one host thread launching kernels and copies).
+* :func:`collective_graph`: one collective per rank, each launched by its own call, in one group.
 """
 
 from __future__ import annotations
@@ -209,3 +210,18 @@ def big_graph(n_ops: int, copy_share: float = 0.1, streams: int = 4, seed: int =
                   names=("rank0/thread 0",) + tuple(f"rank0/stream {s}" for s in range(streams)))
     return make_graph(n, (src, dst, kinds, np.zeros(src.size, np.int64)), lanes=lanes, kind=kind, category=category,
                       lane=lane, dur=dur, bytes=nbytes, copy_dir=copy_dir, host_mem=host_mem, order=order)
+
+
+def collective_graph(ranks: int, nbytes: int, name: str = "ncclKernel_AllReduce_RING_LL_Sum_float"):
+    """Every rank: one call (1 us) launching one collective (measured 5 ns) on its stream."""
+    h = HandGraph()
+    coll = []
+    for r in range(ranks):
+        call = h.call(1000, rank=r)
+        c = h.gpu(OpKind.COLLECTIVE, 5, 0, call, rank=r, nbytes=nbytes)
+        h.ops[c]["name"] = name
+        coll.append(c)
+    g = h.build()
+    group = g.group.copy()
+    group[coll] = 7
+    return g.replace(group=group), coll

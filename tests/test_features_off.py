@@ -12,8 +12,8 @@ import json
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fastrack_core.schema import CopyDir, HostMem, OpKind
-from graphs import HandGraph
+from fastrack_core.schema import CopyDir, HostMem
+from graphs import HandGraph, collective_graph
 from handgraph import round_raw
 from replay.pipeline.engine import schedule
 from replay.plugins import load_protocol
@@ -31,21 +31,6 @@ def model(*overrides, features=True):
         raw["features"] = dict(FEATURES)
         raw["features"].update({k + "_source": "test: round number" for k in FEATURES})
     return H100Model.from_dict(raw, list(overrides), name="round+features")
-
-
-def collective_graph(ranks: int, nbytes: int, name: str):
-    """Every rank: one call (1 us) launching one collective (measured 5 ns) on its stream."""
-    h = HandGraph()
-    coll = []
-    for r in range(ranks):
-        call = h.call(1000, rank=r)
-        c = h.gpu(OpKind.COLLECTIVE, 5, 0, call, rank=r, nbytes=nbytes)
-        h.ops[c]["name"] = name
-        coll.append(c)
-    g = h.build()
-    group = g.group.copy()
-    group[coll] = 7
-    return g.replace(group=group), coll
 
 
 def coll_dur(graph, protocol, m, coll):

@@ -179,6 +179,10 @@ def test_an_unknown_device_is_one_line_that_does_not_repeat_it(tmp_path):
     ("hbm_gb_s_source = \"\"", r"\[compute\] hbm_gb_s needs a source"),
     ("hbm_tb_s = 3.0", r"\[compute\] unknown key .*did you mean 'hbm_gb_s'"),
     ("hbm_gb_s_range = [1.0, 2.0]\nhbm_gb_s_range_source = \"test\"", r"hbm_gb_s_range: the value .* must lie"),
+    # the range grammar is the replay loader's (fastrack_core.machine.range_entry): the same refusals
+    ("hbm_gb_s_range = [5000.0, 1000.0]", r"hbm_gb_s_range: low must not exceed high"),
+    ("hbm_gb_s_range_source = \"test\"", r"hbm_gb_s_range_source without hbm_gb_s_range"),
+    ("hbm_gb_s_range = [1000.0, 5000.0]\nhbm_gb_s_range_source = \"\"", r"non-empty string"),
 ])
 def test_a_bad_compute_value_names_the_file_and_field(tmp_path, edit, message):
     p = tmp_path / "bad.toml"

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from fastrack_core.errors import ConfigError, GraphError, PluginError, TraceFormatError
 from fastrack_core.schema import OpKind
-from graphs import HandGraph
+from graphs import HandGraph, collective_graph
 from handgraph import round_model
 from replay.whatif.dataparallel import assign_buckets, data_parallel, gradient_markers
 from replay.pipeline.engine import schedule
@@ -37,21 +37,6 @@ SYSTEMS = ["baseline", "fastrack:direct", "fastrack:auth", "fastrack:overlap", "
 OPTIONS = ["batched-meta", "keymgmt", "batched-meta+keymgmt"]
 ENCRYPTED = [*SYSTEMS, "baseline+batched-meta", "fastrack+batched-meta+keymgmt"]
 TEE = ["ppcie", *ENCRYPTED]
-
-
-def collective_graph(ranks: int, nbytes: int, name: str = "ncclKernel_AllReduce_RING_LL_Sum_float"):
-    """Every rank: one call (1 us) launching one collective (measured 5 ns) on its stream."""
-    h = HandGraph()
-    coll = []
-    for r in range(ranks):
-        call = h.call(1000, rank=r)
-        c = h.gpu(OpKind.COLLECTIVE, 5, 0, call, rank=r, nbytes=nbytes)
-        h.ops[c]["name"] = name
-        coll.append(c)
-    g = h.build()
-    group = g.group.copy()
-    group[coll] = 7
-    return g.replace(group=group), coll
 
 
 def run(graph, protocol, model):

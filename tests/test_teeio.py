@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from fastrack_core.errors import ConfigError
-from fastrack_core.schema import CopyDir, HostMem, OpKind
-from graphs import HandGraph
+from fastrack_core.schema import CopyDir, HostMem
+from graphs import HandGraph, collective_graph
 from handgraph import round_model, round_raw
 from replay.pipeline.engine import schedule
 from replay.plugins import load_protocol
@@ -96,20 +96,6 @@ def test_submission_cost_when_priced():
     # the VM is still a CPU TEE: tee.host_work_ratio = 1.5 makes R 150 ns and N 75 ns: N = [150, 225]
     _, s = run(g, "tee-io", round_model("tee.host_work_ratio=1.5"))
     assert (int(s.start[n]), int(s.finish[n])) == (150, 225)
-
-
-def collective_graph(ranks: int, nbytes: int, name: str):
-    h = HandGraph()
-    coll = []
-    for r in range(ranks):
-        call = h.call(1000, rank=r)
-        c = h.gpu(OpKind.COLLECTIVE, 5, 0, call, rank=r, nbytes=nbytes)
-        h.ops[c]["name"] = name
-        coll.append(c)
-    g = h.build()
-    group = g.group.copy()
-    group[coll] = 7
-    return g.replace(group=group), coll
 
 
 def test_collectives_on_encrypted_nvlink_by_hand():

@@ -798,18 +798,6 @@ def write_report(d: Mapping[str, Any], path: str) -> list[str]:
     return [*(paths[k] for k in written), str(path)]
 
 
-def _factors(text: str) -> list[float]:
-    from replay.frontend.study.spec import split_values
-
-    out = []
-    for v in split_values(text, "--factors"):
-        try:
-            out.append(float(v))
-        except ValueError:
-            raise ConfigError("--factors: a value is not a number") from None
-    return out
-
-
 @click.command("explain")
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--protocols", default=None, shell_complete=complete_protocols,
@@ -829,13 +817,15 @@ def _factors(text: str) -> list[float]:
 def command(trace, protocols, model, preset, overrides, factors, assumptions, output, executor, jobs, progress,
             as_json, overwrite):
     """What CC costs TRACE, by mechanism; what each protocol saves; what the answer rests on."""
+    from replay.frontend.study.sensitivity import parse_factors
+
     outputs = [output]
     if output:
         if report_format(output) == "md":
             outputs += list(figure_paths(output).values())
     check_outputs(outputs, [trace], overwrite)
     d = explain(trace, None if protocols is None else protocols.split(","), model, preset, overrides,
-                _factors(factors), assumptions, executor, jobs, progress_default(progress))
+                parse_factors(factors), assumptions, executor, jobs, progress_default(progress))
     if output:
         written = write_report(d, output)
     click.echo(json.dumps(d, sort_keys=True) if as_json else format_text(d))

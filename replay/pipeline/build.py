@@ -365,15 +365,20 @@ def _launch_lags(l_rank, l2s, call, idle, waited):
     return lags, after, latency, samples
 
 
-def _waited_launches(src_e, dst_e, kinds_e, kind, li) -> np.ndarray:
-    """Per LAUNCH edge ``li``: whether its source is the first half of a split blocking call
-    (:func:`_blocking_halves`)."""
+def _waited_launches(src_e, kinds_e, dep_ptr, kind, li) -> tuple[np.ndarray, np.ndarray]:
+    """The first halves of split blocking calls (:func:`_blocking_halves`), and per LAUNCH edge
+    ``li`` whether its source is one. Only the dependents of the PROGRAM, LAUNCH and SYNC edges
+    are looked up (edges are grouped by dependent: a sorted search in ``dep_ptr``)."""
     pi = np.flatnonzero(kinds_e == DepKind.PROGRAM)
     yi = np.flatnonzero(kinds_e == DepKind.SYNC)
-    halves = _blocking_halves(src_e[pi], dst_e[pi], src_e[li], dst_e[li], src_e[yi], dst_e[yi], kind)
+
+    def dst(e):
+        return np.searchsorted(dep_ptr, e, side="right") - 1
+
+    halves = _blocking_halves(src_e[pi], dst(pi), src_e[li], dst(li), src_e[yi], dst(yi), kind)
     is_half = np.zeros(kind.shape[0], bool)
     is_half[halves] = True
-    return is_half[src_e[li]]
+    return halves, is_half[src_e[li]]
 
 
 def _stream_lags(s_rank, g, b2b):
@@ -393,11 +398,9 @@ def _edge_passes_native(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, ran
     _native.launch_samples(dep_ptr, src_e, kinds_e, start, finish, rank, l_rank, l2s, idle)
     li = np.flatnonzero(kinds_e == DepKind.LAUNCH)  # (the compiled pass reports LAUNCH edges in edge order)
     l_src = src_e[li]
-    if dst_e is None:  # (the compiled passes work from dep_ptr: edges are grouped by dependent)
-        dst_e = np.repeat(np.arange(n, dtype=np.int64), np.diff(dep_ptr))
-    l_lag, after, latency, samples = _launch_lags(l_rank, l2s, finish[l_src] - start[l_src], idle,
-                                                  _waited_launches(src_e, dst_e, kinds_e, kind, li))
-    del dst_e
+    _, waited = _waited_launches(src_e, kinds_e, dep_ptr, kind, li)
+    l_lag, after, latency, samples = _launch_lags(l_rank, l2s, finish[l_src] - start[l_src], idle, waited)
+    del waited
     del l2s, idle, l_rank, l_src
     lag, arrival = np.zeros(m, np.int64), np.empty(n, np.int64)
     s_rank, g, b2b = np.empty(ns, np.int64), np.empty(ns, np.int64), np.empty(ns, bool)
@@ -438,8 +441,9 @@ def _edge_passes_numpy(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, rank
     l_rank = rank[l_dst].astype(np.int64)
     idle = other_done[l_dst] <= l_start
     del other_done
-    l_lag, after, latency, samples = _launch_lags(l_rank, l2s, finish[l_src] - l_start, idle,
-                                                  _waited_launches(src_e, dst_e, kinds_e, kind, li))
+    halves, waited = _waited_launches(src_e, kinds_e, dep_ptr, kind, li)
+    l_lag, after, latency, samples = _launch_lags(l_rank, l2s, finish[l_src] - l_start, idle, waited)
+    del waited
     del idle, l2s
     lag[li] = l_lag
     # stream: a gap is the GPU's own back-to-back gap only when the op was queued behind its
@@ -466,7 +470,6 @@ def _edge_passes_numpy(src_e, dst_e, kinds_e, dep_ptr, start, finish, kind, rank
     lag[pi] = np.maximum(0, start[p_dst] - ready[p_dst])
     yi = np.flatnonzero(kinds_e == DepKind.SYNC)
     sync_done = _segment_max(dst_e[yi], fin_src[yi], n)
-    halves = _blocking_halves(src_e[pi], p_dst, l_src, l_dst, src_e[yi], dst_e[yi], kind)
     return lag, ready, sync_done, halves, latency, samples, typical, after
 
 

@@ -26,6 +26,7 @@ from typing import IO
 
 import numpy as np
 
+from fastrack_core.chakra import varint
 from replay.pipeline.engine import Schedule
 from replay.graph import OpGraph
 from replay.exporters.timeline.layout import HOST_CRYPTO_CAT, KINETO_CAT, TEE_CAT, Layout
@@ -40,14 +41,7 @@ ANNOTATIONS = ["op_id", "correlation", "stream", "bytes", "mirror_of_lane", "sta
 
 # --- scalar encoding (descriptors, interned data) ---
 
-def _varint(v: int) -> bytes:
-    v &= (1 << 64) - 1  # int32/int64 negatives: ten bytes, two's complement
-    out = bytearray()
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+_varint = varint  # (fastrack_core.chakra: protobuf's base-128 varint; negatives in ten bytes)
 
 
 def _vfield(num: int, v: int) -> bytes:

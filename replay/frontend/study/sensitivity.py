@@ -216,13 +216,15 @@ def _percent(v: float) -> str:
     return f"{sign}{a:.0f}%" if a >= 10 else f"{sign}{a:.1f}%" if a >= 1 else f"{sign}{a:.2f}%"
 
 
-def _factors(text: str) -> list[float]:
+def parse_factors(text: str) -> list[float]:
+    """``--factors`` of ``sensitivity`` and ``explain``: comma-separated numbers (a value that is not
+    one is named by its position, never repeated)."""
     out = []
-    for v in split_values(text, "--factors"):
+    for i, v in enumerate(split_values(text, "--factors"), 1):
         try:
             out.append(float(v))
         except ValueError:
-            raise ConfigError(f"--factors: '{v}' is not a number") from None
+            raise ConfigError(f"--factors: value {i} is not a number") from None
     return out
 
 
@@ -251,7 +253,7 @@ def command(trace, protocol, model, preset, overrides, factors, output, plot, to
         from replay.frontend.figures import check_format
 
         check_format(plot, "--plot")  # before the replays
-    df = sensitivity(trace, protocol, model, preset, overrides, _factors(factors), executor, jobs,
+    df = sensitivity(trace, protocol, model, preset, overrides, parse_factors(factors), executor, jobs,
                      progress_default(progress))
     if output:
         write_table(df, output)
