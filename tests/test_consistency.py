@@ -151,7 +151,7 @@ def test_ranks_the_metadata_does_not_list_are_refused(tmp_path):
 
 
 def test_the_captured_span_of_a_multi_rank_replay_does_not_depend_on_the_protocol(tmp_path):
-    """Issue 26: 19.83 ms under `captured`, 19.02 ms under `baseline` on DLRM: the protocol's new
+    """19.83 ms under `captured`, 19.02 ms under `baseline` on DLRM: the protocol's new
     graph had lost the ranks' clock alignment. Rank 1's clock here runs 5 ms ahead of rank 0's."""
     from replay.pipeline.run import replay_trace
 

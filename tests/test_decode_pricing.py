@@ -1,4 +1,4 @@
-"""Decode pricing that follows the data (issue 23, item 7): indexed writes priced by the rows they
+"""Decode pricing that follows the data : indexed writes priced by the rows they
 touch, varlen attention by each sequence's own context, and examples/serving.py's decode step
 growing with the requests' real context, not with --max-len."""
 

@@ -1,4 +1,4 @@
-"""Every reader bounded: structural bombs of a few KB to MB (issue 27's reproducers, scaled or
+"""Every reader bounded: structural bombs of a few KB to MB (the reported reproducers, scaled or
 built from repeated gzip members so they stay small on disk) end in one line naming the limit,
 or are read in bounded work, never in a traceback. Each runs ``tracegen convert`` in a child
 process under an address-space limit (``resource.setrlimit``) and a time limit; limits the
@@ -75,7 +75,7 @@ def _comp(i: int, deps=(), dur=5) -> Node:
 
 def test_chakra_layers_of_no_work_nodes_bridge_to_their_distinct_ends(tmp_path):
     """48 layers of two metadata nodes, each depending on both of the layer before: 2^48 paths,
-    one distinct end (issue 27: a 1,184-byte file took 3.1 GB and died in MemoryError)."""
+    one distinct end (reported: a 1,184-byte file took 3.1 GB and died in MemoryError)."""
     nodes = [_comp(0)]
     prev = [0]
     nid = 1
@@ -160,7 +160,7 @@ _RT = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "
 
 @pytest.mark.parametrize("native", ["0", "1"])
 def test_kineto_whitespace_bomb_inside_trace_events_is_refused(tmp_path, native):
-    """4 GiB of whitespace between two events, 4 MB gzipped (issue 27: 247 s, 3.1 GB, MemoryError):
+    """4 GiB of whitespace between two events, 4 MB gzipped (before the limit: 247 s, 3.1 GB, MemoryError):
     refused once no event has ended within MAX_EVENT_BYTES, on both streaming readers alike."""
     p = tmp_path / "ws.json.gz"
     head = b'{"traceEvents":[' + json.dumps(_RT).encode() + b","
@@ -173,7 +173,7 @@ def test_kineto_whitespace_bomb_inside_trace_events_is_refused(tmp_path, native)
 
 @pytest.mark.parametrize("native", ["0", "1"])
 def test_kineto_one_event_with_a_huge_name_is_refused(tmp_path, native):
-    """A 1.5 GiB name, 1.5 MB gzipped (issue 27: 2.6 GB, MemoryError)."""
+    """A 1.5 GiB name, 1.5 MB gzipped (before the limit: 2.6 GB, MemoryError)."""
     p = tmp_path / "name.json.gz"
     head = b'{"traceEvents":[' + json.dumps(_RT).encode() + b',{"name":"'
     tail = b'","ph":"X","cat":"kernel","pid":0,"tid":7,"ts":1,"dur":2,"args":{"correlation":1}}]}'
@@ -244,7 +244,7 @@ def test_nsys_a_kernel_name_beyond_the_limit_is_refused(tmp_path):
 
 def test_out_of_memory_during_an_import_is_one_line(tmp_path):
     """Any reader (numpy's _ArrayMemoryError included) that runs out of memory: one line naming
-    the input, exit 2 (issue 27: a 3M-row Nsight export ended in a numpy traceback)."""
+    the input, exit 2 (before: a 3M-row Nsight export ended in a numpy traceback)."""
     p = _nsys(tmp_path)
     patch = ("import numpy, tracegen.importers.nsys as m\n"
              "m._read_kernels = lambda *a, **k: numpy.empty((1 << 50,), numpy.int64)")

@@ -9,8 +9,8 @@
 2. Runs ``python -m replay.frontend.cli --protocol P TRACE --json`` (a single replay: the protocol
    and its ``none`` reference) and the same with ``--ranges`` as whole processes, one after the
    other, and prints the CPU time (user + system, ``os.wait4``: exact per child) of each, the
-   ratio, the points the range study replayed and skipped, and the range itself. The target of
-   issue 24 is a ratio of at most 3x.
+   ratio, the points the range study replayed and skipped, and the range itself. The target is a
+   ratio of at most 3x.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ requests, CUDA-graph decode, overlap; about 40 s, once). Measured in one process
 the same machine, at the same time: (a) one replay of the whole trace under ``none``; (b) pricing
 the step table (every captured step, one replay of its step graph each); (c) simulating
 ``--requests`` requests (ShareGPT-like lengths) in a closed loop at ``--concurrency`` over that
-table (``--max-seqs`` = the concurrency). The target (docs/performance.md, issue 25): (c) under 10x
+table (``--max-seqs`` = the concurrency). The target (docs/performance.md): (c) under 10x
 (a). Prints CPU seconds of each and the ratio (c)/(a); nothing is asserted. The ratio depends on
 the trace: (c) costs per arrival and finish, (a) per node (2026-12-02, this machine: 3.8 on the
 75k-node llama3-8b capture, 11.9 on a 17k-node tiny-model capture whose replay takes 8 ms).

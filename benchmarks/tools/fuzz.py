@@ -545,7 +545,7 @@ _K_EVENT = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1
 
 
 def gen_bomb(rng, corpus, i):
-    """Inputs small on disk whose structure multiplies memory or work in a naive reader (issue 27):
+    """Inputs small on disk whose structure multiplies memory or work in a naive reader:
     each must end in one line naming a limit, or be read in bounded work."""
     from fastrack_core.chakra import Node, NodeType
     from fastrack_core.schema import MAX_DECOMPRESSED_BYTES, MAX_DEPS_PER_NODE, MAX_NAME_CHARS
@@ -615,7 +615,7 @@ def gen_bomb(rng, corpus, i):
         kin = json.dumps({"traceEvents": [_RT_EVENT, _K_EVENT]}).encode()
         return Case(i, "bomb-" + kind, "tracegen", ["convert", "et.json.gz", "k.json", "-o", "out.parquet"],
                     {"et.json.gz": data, "k.json": kin}, expect="refuse")
-    # nsys-name: a kernel name beyond the limit (issue 27: 300 MiB accepted and stored)
+    # nsys-name: a kernel name beyond the limit (before the limit: 300 MiB accepted and stored)
     import sqlite3
 
     path = corpus.work / f"bomb-{rng.getrandbits(64):016x}.sqlite"
