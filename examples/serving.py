@@ -15,7 +15,7 @@ Per step, as vLLM's model runner does:
   K/V goes in the cache), sequence lengths and logits indices (the query start locations),
   from persistent pinned host buffers (``--pageable-inputs``: from pageable memory), each a
   ``non_blocking`` copy on the compute stream (``--async-h2d``: on a separate copy stream that the
-  compute stream waits for, the fix SGLang PR #15188 describes; see below);
+  compute stream waits for; ``--copy-thread``: issued by a copy thread, below);
 * the forward: fused QKV and gate/up projections, RMSNorm, rotary embedding, the K/V of the
   step written into a KV cache that lives in GPU memory (one region of ``--max-len`` tokens per
   slot: a block table whose blocks are contiguous), attention over each request's own context
@@ -23,7 +23,9 @@ Per step, as vLLM's model runner does:
   each sequence reading only its own cache positions; grouped-query attention where the model
   has fewer KV heads);
 * **sampling on the GPU** (temperature, the exponential-race sampler vLLM uses) and a per-step
-  **D2H readback** of the sampled token ids (``.tolist()``).
+  **D2H readback** of the sampled token ids (``.tolist()``);
+* **output processing**: incremental detokenization of each token (as vLLM's
+  ``detokenize_incrementally``, over a stand-in vocabulary) and the request markers.
 
 ``--overlap`` runs the scheduler one step ahead (SGLang's overlap scheduler, vLLM's async
 scheduling): the next step's inputs are built and its forward launched before the previous step's
@@ -38,6 +40,16 @@ A graph's attention reads the context lengths of the step from its static buffer
 emulated capture prices it once, at capture, with every row at the longest context of the run
 (``--input-len`` + ``--output-len``): an upper bound (docs/emulation.md, "Decode pricing").
 
+Engine threads and ranks (docs/serving.md, "The serving example"): ``--copy-thread`` (SGLang's
+CC fix, SGLang PR #15188 and #31447) hands each step's H2D input copies to an input-copy thread
+with its own stream, which hands an event back through a queue before the forward is launched,
+and with ``--overlap`` the token readback to a readback thread with its own stream, so that
+copies that block their thread under CC block those threads, not the scheduler;
+``--async-output`` (vLLM's asynchronous output processor) hands each step's outputs to an output
+thread that detokenizes them and writes the token markers while the scheduler runs the next
+step; ``--tp`` (under ``tracegen capture --nproc N`` or ``torchrun``) shards every layer over the
+ranks as Megatron-LM does, with two all-reduces per layer and one all-gather of the logits.
+
 Host-side scheduling never depends on GPU values: output lengths are drawn up front (as a
 benchmark with ``ignore_eos`` does), so token ids read back under emulation are stand-ins.
 Request markers (``request:arrive|first_token|token|finish:<id>``, docs/serving.md) are written
@@ -47,6 +59,8 @@ token in hand; every step is ``ProfilerStep#N`` and carries an engine-step marke
 
     python examples/serving.py --model llama3-8b --concurrency 8
     tracegen capture examples/serving.py -- --model tiny --requests 8 --concurrency 4
+    tracegen capture examples/serving.py -- --model llama3-8b --cuda-graphs --overlap --copy-thread
+    tracegen capture --nproc 2 examples/serving.py -- --model llama3-70b --layers 8 --tp --overlap
 """
 
 from __future__ import annotations
@@ -54,8 +68,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import queue
 import random
 import sys
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -77,8 +93,8 @@ MODELS = {
     # dense multi-head attention, sub-1B
     "qwen1.5-0.5b": LlamaConfig(dim=1024, layers=24, heads=16, kv_heads=16, ffn=2816, vocab=151936,
                                 rope_theta=1000000.0, norm_eps=1e-6, qkv_bias=True),
-    # grouped-query attention with QKV bias, Qwen-class 7B (Qwen2.5-7B's config.json: hidden 3584, 28
-    # layers, 28 query / 4 KV heads, intermediate 18944, vocabulary 152064)
+    # grouped-query attention with QKV bias, Qwen-class 7B (huggingface.co/Qwen/Qwen2.5-7B, config.json:
+    # hidden 3584, 28 layers, 28 query / 4 KV heads, intermediate 18944, vocabulary 152064, rope_theta 1e6)
     "qwen2.5-7b": LlamaConfig(dim=3584, layers=28, heads=28, kv_heads=4, ffn=18944, vocab=152064,
                               rope_theta=1000000.0, norm_eps=1e-6, qkv_bias=True),
     # grouped-query attention, 8B
@@ -86,8 +102,9 @@ MODELS = {
     # dense multi-head attention, 13B
     "llama2-13b": LlamaConfig(dim=5120, layers=40, heads=40, kv_heads=40, ffn=13824, vocab=32000,
                               rope_theta=10000.0),
-    # grouped-query attention, 70B class (140 GB of bf16 weights: more than one 80 GB H100 holds;
-    # a what-if on one GPU, or use --layers for a slice of it)
+    # grouped-query attention, 70B (huggingface.co/meta-llama/Meta-Llama-3-70B, config.json: hidden 8192,
+    # 80 layers, 64 query / 8 KV heads, intermediate 28672, vocabulary 128256; 140 GB of bf16 weights,
+    # more than one 80 GB H100 holds: --tp over 2 or more ranks, a what-if on one GPU, or --layers)
     "llama3-70b": LlamaConfig(dim=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=128256),
 }
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # decode batch sizes with a CUDA graph (vLLM's ladder)
@@ -98,16 +115,29 @@ MAX_CONCURRENCY = CAPTURE_SIZES[-1]
 
 
 class Layer(nn.Module):
-    def __init__(self, c: LlamaConfig):
+    """One decoder layer; with ``tp`` > 1 (``--tp``) this rank's shard of it, as Megatron-LM's
+    tensor parallelism splits it: the QKV and gate/up projections column-parallel (this rank's
+    ``heads / tp`` query heads, ``kv_heads / tp`` KV heads and ``ffn / tp`` FFN columns), the
+    output and down projections row-parallel, each followed by an all-reduce of its partial sums
+    (two per layer)."""
+
+    def __init__(self, c: LlamaConfig, tp: int = 1):
         super().__init__()
-        self.h, self.kvh, self.hd = c.heads, c.kv_heads, c.dim // c.heads
+        self.tp = tp
+        self.h, self.kvh, self.hd = c.heads // tp, c.kv_heads // tp, c.dim // c.heads
         self.eps = c.norm_eps
         self.attn_norm = nn.Parameter(torch.ones(c.dim))
-        self.qkv = nn.Linear(c.dim, (c.heads + 2 * c.kv_heads) * self.hd, bias=c.qkv_bias)
-        self.o = nn.Linear(c.heads * self.hd, c.dim, bias=False)
+        self.qkv = nn.Linear(c.dim, (self.h + 2 * self.kvh) * self.hd, bias=c.qkv_bias)
+        self.o = nn.Linear(self.h * self.hd, c.dim, bias=False)
         self.mlp_norm = nn.Parameter(torch.ones(c.dim))
-        self.gate_up = nn.Linear(c.dim, 2 * c.ffn, bias=False)
-        self.down = nn.Linear(c.ffn, c.dim, bias=False)
+        self.gate_up = nn.Linear(c.dim, 2 * (c.ffn // tp), bias=False)
+        self.down = nn.Linear(c.ffn // tp, c.dim, bias=False)
+
+    def reduce(self, partial):
+        """--tp: the row-parallel projection's partial sums, summed over the ranks (all-reduce)."""
+        if self.tp > 1:
+            torch.distributed.all_reduce(partial)
+        return partial
 
     def forward(self, x, cos, sin, cache, batch: "Batch"):
         t = x.shape[0]
@@ -119,10 +149,10 @@ class Layer(nn.Module):
         kc.index_copy_(0, batch.slot_mapping, k)  # this step's K/V into the cache
         vc.index_copy_(0, batch.slot_mapping, v.view(t, self.kvh, self.hd))
         out = attention(q, kc, vc, batch, self.h, self.kvh)
-        x = x + self.o(out.reshape(t, -1))
+        x = x + self.reduce(self.o(out.reshape(t, -1)))
         h = F.rms_norm(x, (x.shape[-1],), self.mlp_norm, self.eps)
         gate, up = self.gate_up(h).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
+        return x + self.reduce(self.down(F.silu(gate) * up))
 
 
 def rotary(x, cos, sin):
@@ -158,13 +188,18 @@ def attention(q, kc, vc, batch: "Batch", heads: int, kv_heads: int):
 
 
 class ServeModel(nn.Module):
-    def __init__(self, c: LlamaConfig):
+    """The decoder. With ``tp`` > 1 (``--tp``): the layers sharded (:class:`Layer`), the embedding
+    replicated on every rank, the LM head vocabulary-parallel (``vocab / tp`` rows per rank) with
+    the logits all-gathered so that every rank samples from the whole vocabulary, as vLLM's
+    parallel LM head and logits gather do."""
+
+    def __init__(self, c: LlamaConfig, tp: int = 1):
         super().__init__()
-        self.c = c
+        self.c, self.tp = c, tp
         self.embed = nn.Embedding(c.vocab, c.dim)
-        self.layers = nn.ModuleList(Layer(c) for _ in range(c.layers))
+        self.layers = nn.ModuleList(Layer(c, tp) for _ in range(c.layers))
         self.norm = nn.Parameter(torch.ones(c.dim))
-        self.head = nn.Linear(c.dim, c.vocab, bias=False)
+        self.head = nn.Linear(c.dim, c.vocab // tp, bias=False)
         hd = c.dim // c.heads
         inv = 1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
         self.register_buffer("inv_freq", inv, persistent=False)
@@ -176,7 +211,17 @@ class ServeModel(nn.Module):
         for layer, cache in zip(self.layers, caches):
             x = layer(x, cos, sin, cache, batch)
         h = F.rms_norm(x.index_select(0, batch.logits_indices), (x.shape[-1],), self.norm, self.c.norm_eps)
+        if self.tp > 1:
+            return self.gather_logits(self.head(h))
         return self.head(h)
+
+    def gather_logits(self, local):
+        """--tp: every rank's ``[rows, vocab / tp]`` slice of the logits gathered (one all-gather)
+        into ``[rows, vocab]``."""
+        rows, part = local.shape
+        out = torch.empty(self.tp * rows, part, dtype=local.dtype, device=local.device)
+        torch.distributed.all_gather_into_tensor(out, local.contiguous())
+        return out.view(self.tp, rows, part).permute(1, 0, 2).reshape(rows, self.tp * part)
 
 
 def sample(logits, temperature: float):
@@ -232,8 +277,13 @@ class Batch:
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # --cuda-graphs: a graph's static inputs
 
 
+FRONTEND = [True]  # --tp: only rank 0 writes the request and engine-step markers (the engine's frontend)
+
+
 def mark(event: str, rid: int) -> None:
     """A request marker (fastrack_core/markers.py names): the host is at this moment now."""
+    if not FRONTEND[0]:
+        return
     with torch.profiler.record_function(f"request:{event}:{rid}"):
         pass
 
@@ -245,20 +295,123 @@ def step_marker(chunks, decodes) -> None:
     the step's attention reads)."""
     prefill = sum(n for _, n in chunks)
     context = sum(r.computed + n for r, n in chunks) + sum(len(r.prompt) + r.sampled for r in decodes)
-    torch.cuda.nvtx.mark(f"engine_step:{prefill}:{len(decodes)}:{context}")
+    if FRONTEND[0]:
+        torch.cuda.nvtx.mark(f"engine_step:{prefill}:{len(decodes)}:{context}")
+
+
+class CopyWorker:
+    """A host thread with a CUDA stream of its own that runs the copies the scheduler thread hands
+    it (``--copy-thread``, SGLang's CC fix): jobs arrive on one ``queue.Queue`` in order, results
+    go back on another; the scheduler thread blocks only when it takes a result."""
+
+    def __init__(self, name: str):
+        self.stream = torch.cuda.Stream()
+        self.jobs: queue.Queue = queue.Queue()
+        self.results: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        # inference mode and the current stream are per thread in PyTorch
+        with torch.inference_mode(), torch.cuda.stream(self.stream):
+            while True:
+                job = self.jobs.get()
+                if job is None:
+                    return
+                self.results.put(job())
+
+    def submit(self, job) -> None:
+        self.jobs.put(job)
+
+    def result(self):
+        return self.results.get()
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+
+
+def token_text(tok: int) -> str:
+    """The text of token ``tok`` in a stand-in vocabulary (the weights are random, so there is no
+    real tokenizer): 1 to 4 letters, every third token starting a word."""
+    letters = []
+    n = tok
+    while True:
+        letters.append(chr(97 + n % 26))
+        n //= 26
+        if not n or len(letters) == 4:
+            break
+    return (" " if tok % 3 == 0 else "") + "".join(letters)
+
+
+class Detokenizer:
+    """Incremental detokenization as vLLM's ``detokenize_incrementally`` runs it: per request the
+    tokens so far, a prefix offset and a read offset; each new token decodes the window from the
+    prefix offset with and without it, and the text past the previous window is the new output
+    (pure Python: host time in ``--host-time script`` captures, none in ``modelled``)."""
+
+    WINDOW = 5  # tokens of context kept before the read offset (vLLM keeps 5)
+
+    def __init__(self):
+        self.state: dict[int, list] = {}  # rid -> [tokens, prefix offset, read offset, output text]
+
+    def add(self, rid: int, tok: int) -> str:
+        st = self.state.setdefault(rid, [[], 0, 0, ""])
+        tokens, prefix, read = st[0], st[1], st[2]
+        tokens.append(tok)
+        before = "".join(token_text(t) for t in tokens[prefix:read])
+        after = "".join(token_text(t) for t in tokens[prefix:])
+        delta = after[len(before):]
+        st[1], st[2] = max(0, len(tokens) - self.WINDOW), len(tokens)
+        st[3] += delta
+        return delta
+
+    def finish(self, rid: int) -> str:
+        return self.state.pop(rid, [None, 0, 0, ""])[3]
+
+
+class OutputProcessor:
+    """--async-output: a host thread that takes each step's outputs from a ``queue.Queue`` and
+    processes them (detokenization, the request markers) off the scheduler thread."""
+
+    def __init__(self, detok: Detokenizer):
+        self.detok = detok
+        self.jobs: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="output-processor", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            outputs = self.jobs.get()
+            if outputs is None:
+                return
+            for rid, tok, first, last in outputs:
+                self.detok.add(rid, tok)
+                mark("first_token" if first else "token", rid)
+                if last:
+                    self.detok.finish(rid)
+                    mark("finish", rid)
+
+    def submit(self, outputs) -> None:
+        self.jobs.put(outputs)
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
 
 
 class Server:
-    def __init__(self, args, cfg: LlamaConfig, device: str, dtype):
+    def __init__(self, args, cfg: LlamaConfig, device: str, dtype, tp: int = 1):
         self.args, self.cfg, self.device = args, cfg, device
         self.max_len = args.max_len
         self.slots = args.concurrency
         with torch.device(device):  # weights created on the GPU (no H2D of random weights)
-            self.model = ServeModel(cfg).to(dtype=dtype).eval()
+            self.model = ServeModel(cfg, tp).to(dtype=dtype).eval()
         hd = cfg.dim // cfg.heads
         self.rows = (self.slots + 1) * self.max_len  # one slot more: the scratch slot padding rows write to
-        self.caches = [(torch.zeros(self.rows, cfg.kv_heads, hd, device=device, dtype=dtype),
-                        torch.zeros(self.rows, cfg.kv_heads, hd, device=device, dtype=dtype))
+        kvh = cfg.kv_heads // tp  # --tp: this rank's KV heads
+        self.caches = [(torch.zeros(self.rows, kvh, hd, device=device, dtype=dtype),
+                        torch.zeros(self.rows, kvh, hd, device=device, dtype=dtype))
                        for _ in range(cfg.layers)]
         self.compute = torch.cuda.current_stream()
         self.copy_stream = torch.cuda.Stream() if args.async_h2d else None
@@ -275,6 +428,17 @@ class Server:
         self.prev_tokens = None  # --overlap: the previous step's samples, on the GPU
         self.prev_rows: list[Request] = []
         self.pending = None  # --overlap: (pinned tokens, event, rows) of the step not yet read back
+        # --copy-thread: the input copies on one thread, the --overlap readback on another
+        self.h2d_worker = CopyWorker("input-copy") if args.copy_thread else None
+        self.d2h_worker = CopyWorker("readback-copy") if args.copy_thread and args.overlap else None
+        self.copies_in_flight = 0  # --copy-thread: input-copy jobs whose event the compute stream has not waited for
+        self.detok = Detokenizer()
+        self.outputs = OutputProcessor(self.detok) if args.async_output else None  # --async-output
+
+    def close(self) -> None:
+        for worker in (self.h2d_worker, self.d2h_worker, self.outputs):
+            if worker is not None:
+                worker.close()
 
     def _host(self, n: int, dtype=torch.int64) -> torch.Tensor:
         t = torch.zeros(n, dtype=dtype)
@@ -345,6 +509,7 @@ class Server:
         if self.args.overlap and decodes and self.prev_tokens is not None:
             prev = {id(r): i for i, r in enumerate(self.prev_rows)}
             idx = self.upload({"prev_rows": [prev.get(id(r), 0) for r in decodes]})["prev_rows"]
+            self.inputs_ready()
             input_ids[n_pre:n_pre + len(decodes)] = self.prev_tokens.index_select(0, idx)
 
     def graph_inputs(self, host: dict[str, list[int]], seqs, decodes: list[Request], sampled: list[Request]) -> Batch:
@@ -368,7 +533,9 @@ class Server:
         """Each list into its persistent host buffer (pinned unless --pageable-inputs), then one
         non_blocking H2D copy each (into ``into[name]``, a graph's static buffer, when given): on
         the compute stream, or on the copy stream (--async-h2d) that the compute stream then
-        waits for."""
+        waits for. With --copy-thread: :meth:`upload_threaded`."""
+        if self.h2d_worker is not None:
+            return self.upload_threaded(values, into)
         stream = self.copy_stream or self.compute
         out = {}
         with torch.cuda.stream(stream):
@@ -385,8 +552,45 @@ class Server:
             self.compute.wait_stream(self.copy_stream)
         return out
 
+    def upload_threaded(self, values: dict[str, list[int]], into: dict[str, torch.Tensor] | None = None
+                        ) -> dict[str, torch.Tensor]:
+        """--copy-thread: the scheduler thread fills the host buffers and allocates the GPU
+        destinations (or takes a graph's static buffers), then hands the copies to the input-copy
+        thread and goes on; that thread issues one non_blocking H2D copy each on its own stream and
+        records an event, which the scheduler thread takes (:meth:`inputs_ready`) before the compute
+        stream first uses the inputs."""
+        out, pairs = {}, []
+        for name, vals in values.items():
+            buf = self.host_buf[name]
+            n = max(len(vals), 1)
+            if vals:
+                buf[:len(vals)] = torch.tensor(vals, dtype=buf.dtype)
+            dst = into[name][:n] if into is not None else torch.empty(n, dtype=buf.dtype, device=self.device)
+            pairs.append((dst, buf[:n]))
+            out[name] = dst
+        stream = self.h2d_worker.stream
+
+        def copy():
+            for dst, src in pairs:
+                dst.copy_(src, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record(stream)
+            return ev
+
+        self.h2d_worker.submit(copy)
+        self.copies_in_flight += 1
+        return out
+
+    def inputs_ready(self) -> None:
+        """--copy-thread: the compute stream waits for every input copy handed out so far (the
+        scheduler thread first takes each copy's event from the input-copy thread)."""
+        while self.copies_in_flight:
+            self.compute.wait_event(self.h2d_worker.result())
+            self.copies_in_flight -= 1
+
     # -- one step
     def forward(self, batch: Batch):
+        self.inputs_ready()
         if batch.graph_size:
             graph, _, out = self.graphs[batch.graph_size]
             graph.replay()  # the forward and the sampler of the bucket, one cudaGraphLaunch
@@ -423,7 +627,9 @@ class Server:
 
     def read_back(self, tokens, rows, finished_cb):
         """The per-step D2H readback of the sampled tokens, then the markers of their requests."""
-        if self.args.overlap:
+        if self.d2h_worker is not None:
+            self.read_back_threaded(tokens, rows, finished_cb)
+        elif self.args.overlap:
             host = torch.empty(tokens.shape, dtype=torch.int64).pin_memory()
             ev = torch.cuda.Event()
             ev.record(self.compute)
@@ -439,22 +645,68 @@ class Server:
         else:
             self.deliver(tokens.tolist(), rows, finished_cb)
 
+    def read_back_threaded(self, tokens, rows, finished_cb):
+        """--overlap --copy-thread: the readback-copy thread waits (on its stream) for the
+        forward just launched, copies its tokens D2H into pinned memory, waits for that copy and
+        hands the token list back; the scheduler thread takes the previous step's list, one step
+        later, as --overlap does."""
+        host = torch.empty(tokens.shape, dtype=torch.int64).pin_memory()
+        ev = torch.cuda.Event()
+        ev.record(self.compute)
+        stream = self.d2h_worker.stream
+
+        def copy():
+            stream.wait_event(ev)
+            host.copy_(tokens, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(stream)
+            done.synchronize()
+            return host.tolist()
+
+        self.d2h_worker.submit(copy)
+        previous, self.pending = self.pending, rows
+        if previous is not None:
+            self.deliver(self.d2h_worker.result(), previous, finished_cb)
+
     def drain(self, finished_cb):
-        if self.pending is not None:
+        if self.pending is not None and self.d2h_worker is not None:
+            self.deliver(self.d2h_worker.result(), self.pending, finished_cb)
+            self.pending = None
+        elif self.pending is not None:
             self.pending[1].synchronize()
             self.deliver(self.pending[0].tolist(), self.pending[2], finished_cb)
             self.pending = None
 
     def deliver(self, token_ids, rows, finished_cb):
-        """The host has these tokens in hand: markers, then requests that are done leave. Lengths
-        were fixed up front, so no decision depends on the values (stand-ins under emulation)."""
+        """The host has these tokens in hand: output processing (incremental detokenization, the
+        markers), then requests that are done leave. Lengths were fixed up front, so no decision
+        depends on the values (stand-ins under emulation). --async-output: :meth:`deliver_async`."""
+        if self.outputs is not None:
+            return self.deliver_async(token_ids, rows, finished_cb)
         for r, tok in zip(rows, token_ids):
             r.delivered += 1
             r.last_token = int(tok)
+            self.detok.add(r.rid, r.last_token)
             mark("first_token" if r.delivered == 1 else "token", r.rid)
             if r.delivered >= r.output_len:
+                self.detok.finish(r.rid)
                 mark("finish", r.rid)
                 finished_cb(r)
+
+    def deliver_async(self, token_ids, rows, finished_cb):
+        """--async-output (vLLM's asynchronous output processor): the scheduler thread keeps only
+        its own accounting (tokens delivered, the last token for the next step's input, a finished
+        request's slot freed now) and hands the step's outputs to the output thread, which
+        detokenizes them and writes the markers while the scheduler thread prepares and launches
+        the next step."""
+        outputs = []
+        for r, tok in zip(rows, token_ids):
+            r.delivered += 1
+            r.last_token = int(tok)
+            outputs.append((r.rid, r.last_token, r.delivered == 1, r.delivered >= r.output_len))
+            if r.delivered >= r.output_len:
+                finished_cb(r)
+        self.outputs.submit(outputs)
 
 
 def make_requests(args, vocab: int) -> list[Request]:
@@ -482,9 +734,31 @@ def check_args(args) -> str | None:
                 f"(--concurrency {args.concurrency})")
     if not 0 < args.range_ratio <= 1:
         return f"--range-ratio must be in (0, 1], got {args.range_ratio}"
+    if args.tp and args.cuda_graphs:
+        return ("--tp with --cuda-graphs: an emulated capture does not record collectives replayed from a CUDA "
+                "graph; run --tp with eager decode")
     if args.cuda_graphs and not VARLEN:
         return "--cuda-graphs needs torch.nn.attention.varlen.varlen_attn with seqused_k (a newer PyTorch)"
     return None
+
+
+def init_tensor_parallel(cfg: LlamaConfig) -> tuple[int, str | None]:
+    """--tp: join the process group (``RANK``/``WORLD_SIZE`` from the launcher) and check that the
+    model splits evenly; (world size, what is wrong or None)."""
+    import os
+
+    import torch.distributed as dist
+
+    if "WORLD_SIZE" not in os.environ:
+        return 1, "--tp needs the ranks of torch.distributed: run it with tracegen capture --nproc N or torchrun"
+    dist.init_process_group("nccl")
+    tp = dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    FRONTEND[0] = dist.get_rank() == 0
+    for name, n in (("heads", cfg.heads), ("kv_heads", cfg.kv_heads), ("ffn", cfg.ffn), ("vocab", cfg.vocab)):
+        if n % tp:
+            return tp, f"--tp over {tp} ranks: the model's {name} ({n}) does not split evenly"
+    return tp, None
 
 
 def main(argv=None):
@@ -504,6 +778,15 @@ def main(argv=None):
                    help="Schedule one step ahead; read tokens back on a side stream (SGLang overlap scheduler).")
     p.add_argument("--async-h2d", action="store_true",
                    help="Input H2D copies on their own stream, off the compute stream (the SGLang/vLLM CC fix).")
+    p.add_argument("--copy-thread", action="store_true",
+                   help="Input H2D copies (and, with --overlap, the token readback) on copy threads of their "
+                        "own, each with its own stream (SGLang's CC fix).")
+    p.add_argument("--async-output", action="store_true",
+                   help="Output processing (detokenization, request markers) on a thread of its own while the "
+                        "next step runs (vLLM's async output processor).")
+    p.add_argument("--tp", action="store_true",
+                   help="Tensor parallelism over the ranks of torch.distributed (run with tracegen capture "
+                        "--nproc N or torchrun): each rank holds 1/N of the heads, the FFN and the LM head.")
     p.add_argument("--pageable-inputs", action="store_true", help="Host input buffers in pageable memory.")
     p.add_argument("--cuda-graphs", action="store_true", help="Decode-only steps as CUDA-graph replays.")
     p.add_argument("--seed", type=int, default=0)
@@ -516,8 +799,14 @@ def main(argv=None):
     if args.layers:
         cfg = dataclasses.replace(cfg, layers=args.layers)
 
+    tp = 1
+    if args.tp:
+        tp, problem = init_tensor_parallel(cfg)
+        if problem:
+            print(f"serving.py: {problem}", file=sys.stderr)
+            sys.exit(2)
     torch.manual_seed(args.seed)
-    server = Server(args, cfg, "cuda", torch.bfloat16)
+    server = Server(args, cfg, "cuda", torch.bfloat16, tp)
     if args.cuda_graphs:
         with torch.inference_mode():
             server.capture_graphs()
@@ -557,6 +846,7 @@ def main(argv=None):
                 else:  # everything is sampled; only the last readback is outstanding (--overlap)
                     server.drain(finished)
             step += 1
+    server.close()
     print(f"served {done} requests in {step} steps ({args.model}, concurrency {args.concurrency})", file=sys.stderr)
 
 

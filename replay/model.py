@@ -302,9 +302,12 @@ class HardwareModel(abc.ABC):
         ri, sj = np.nonzero(missing)
         if ri.size == 0:
             return graph
-        lanes, _ = lanes.extend(ranks[ri], [int(specs[j][0]) for j in sj.tolist()], 0,
-                                [f"rank{int(ranks[i])}/{specs[j][1]}" for i, j in zip(ri.tolist(), sj.tolist())],
-                                [int(specs[j][2]) for j in sj.tolist()])
+        # (per-lane columns by indexing the specs' own: ten or so lanes per rank, 100,000 on 10,000 ranks)
+        rank_names = [f"rank{r}/" for r in ranks.tolist()]
+        spec_names = [name for _, name, _ in specs]
+        lanes, _ = lanes.extend(ranks[ri], np.array([int(t) for t, _, _ in specs], np.int64)[sj], 0,
+                                [rank_names[i] + spec_names[j] for i, j in zip(ri.tolist(), sj.tolist())],
+                                np.array([int(n) for _, _, n in specs], np.int64)[sj])
         return graph.replace(lanes=lanes)
 
     @staticmethod

@@ -124,8 +124,12 @@ def test_microbench_without_cuda_exits_2(tmp_path, monkeypatch):
 
 
 def test_shipped_calibration_inputs_reproduce():
-    """b300 and h200 were written by the tool from the JSON next to them: their inputs come back
-    (b300: the 330 us toll and the 0.203x H2D ratio; h200: ~4.9 GiB/s)."""
+    """b300 and h200 were written by the tool from the JSON next to them. b300: the 330 us toll comes
+    back; its CPU rate is held at the host copy rate, so the 1 GiB H2D ratio stays below the
+    published 0.203x by the residual the fit reports (docs/model.md "Calibration"). h200: ~4.9 GiB/s
+    comes back."""
+    from replay.plugins import load_model
+
     small = point_graph(Point("copy", "s", 1, 1, "h2d", "pinned", 4096), 10)
     big = point_graph(Point("copy", "b", 1, 1, "h2d", "pinned", 1 << 30), 10)
 
@@ -134,7 +138,41 @@ def test_shipped_calibration_inputs_reproduce():
 
     toll = run(small, "baseline", "b300") - run(small, "none", "b300")
     assert abs(toll - 330_000) <= 0.02 * 330_000
+    p = load_model("h100").from_preset("b300").params
+    assert p["cpu_crypto"]["core_gb_s"] == p["host"]["staging_copy_gb_s"]
     ratio = run(big, "none", "b300") / run(big, "baseline", "b300")
-    assert abs(ratio - 0.203) <= 0.05 * 0.203
+    assert ratio < 0.203
     gb_s = (1 << 30) / run(big, "baseline", "h200")
     assert abs(gb_s - 5.26) <= 0.03 * 5.26
+
+
+def test_cpu_rate_held_at_the_host_copy_rate(tmp_path):
+    """Measurements simulated with a CPU AES-GCM rate above the copy rate (30 > 10 GB/s): the fit
+    may not pass the copy rate; it stops there and says which parameter the residual points to."""
+    doc = _microbench().simulate("h100-sxm", ["cpu_crypto.core_gb_s=30.0"], [4096, 16 << 20], 2, 10)
+    doc["copies"] = [c for c in doc["copies"] if c["memory"] == "pinned"]
+    doc["fit"] = ["cpu_crypto.core_gb_s"]
+    res, out = _calibrate(tmp_path, doc)
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "core_gb_s = 10.0\n" in text and "core_gb_s_range = [9.5, 10.0]" in text
+    assert "held at its bound host.staging_copy_gb_s = 10 GB/s" in res.output
+    assert "points to host.staging_copy_gb_s" in res.output
+
+
+def test_threads_fitted_only_when_named(tmp_path):
+    """cpu_crypto.threads is opt-in: simulated with 3 threads at the h100-sxm rate, a fit list that
+    names it finds 3 and the rate back; without it the threads stay 1 and the rate is bounded."""
+    doc = _microbench().simulate("h100-sxm", ["cpu_crypto.threads=3"], [16 << 20], 2, 10)
+    doc["copies"] = [c for c in doc["copies"] if c["memory"] == "pinned"]
+    doc["fit"] = ["cpu_crypto.threads", "cpu_crypto.core_gb_s"]
+    res, out = _calibrate(tmp_path, doc)
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "threads = 3\n" in text
+    value = float(next(ln for ln in text.splitlines() if ln.startswith("core_gb_s = ")).split(" = ")[1])
+    assert abs(value - 8.27) <= 0.02 * 8.27
+    doc.pop("fit")
+    res, out = _calibrate(tmp_path, doc, "m2.json", "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert "threads = " not in out.read_text() and "core_gb_s = 10.0\n" in out.read_text()

@@ -202,3 +202,37 @@ def test_a_threaded_modelled_capture_is_the_same_every_run(tmp_path):
         assert res.exit_code == 0, res.output
         tables.append(read_trace(out).table)
     assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
+
+
+def test_a_started_threads_ops_belong_to_the_step_that_handed_the_work_over(tmp_path):
+    """Work handed to a thread in ProfilerStep#0 is step 0's even when the thread runs it while the
+    main thread is (in real time) already in step 1; the step column does not follow thread timing."""
+    script = tmp_path / "steps.py"
+    script.write_text(textwrap.dedent("""
+        import queue, threading, time, torch
+        from torch.profiler import record_function
+        jobs, done, ready = queue.Queue(), queue.Queue(), []
+        w = torch.ones(64, 64, device="cuda")
+        def worker():
+            while (n := jobs.get()) is not None:
+                while not ready:                 # main has entered the next step (real time; no edge)
+                    time.sleep(0.01)
+                y = w * n                        # launched after that: still the step of the job
+                done.put(y)
+        t = threading.Thread(target=worker)
+        t.start()
+        for step in range(2):
+            with record_function(f"ProfilerStep#{step}"):
+                if step == 0:
+                    jobs.put(2)
+                else:
+                    ready.append(True)
+                    done.get()
+                    z = w + 1
+        jobs.put(None)
+        t.join()
+    """))
+    df = _trace(script, tmp_path)
+    launches = df[(df.kind == "runtime") & (df.name == "cudaLaunchKernel")]
+    assert set(launches[launches.thread == 2].step) == {0}
+    assert 1 in set(launches[launches.thread == 1].step)

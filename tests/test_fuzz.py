@@ -47,3 +47,21 @@ def test_a_case_rerun_in_a_fresh_interpreter_is_judged_by_the_same_oracle(tmp_pa
     out = fuzz.rerun_fresh(case, tmp_path / "case0", 2048, 120.0, None)
     assert out.rerun and out.rc == 2 and out.problems == [], out
     assert out.first_line.startswith("error: ")
+
+
+def test_no_case_starts_after_the_deadline(tmp_path, monkeypatch):
+    """``--stop-after-s``: a long run sized to a time budget stops drawing cases at the deadline
+    (the summary then gives how many ran: cases 0..N-1, in order)."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("fuzz", FUZZ)
+    fuzz = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fuzz", fuzz)
+    spec.loader.exec_module(fuzz)
+    made = []
+    monkeypatch.setattr(fuzz, "make_case", lambda seed, i, corpus: made.append(i))
+    out = fuzz.run_cases(range(5), 1, None, 1, 2048, 60.0, tmp_path, None, False, deadline=time.monotonic() - 1)
+    assert out == [] and made == []
+    with pytest.raises(SystemExit):
+        fuzz.main(["--stop-after-s", "0"])

@@ -176,12 +176,13 @@ def test_whole_replays(tmp_path, protocol, trace):
 
 
 @st.composite
-def any_graphs(draw):
+def any_graphs(draw, idle_lanes: int = 0):
     """Lanes 0..3 (each in order or shared, 1-3 servers), lane 4 a pool (1-2 servers, often
     fixed, else growing up to 4) that some ungrouped nodes hold until a successor or, now and then,
     any node (so a return may precede its take);
     edges of every kind between any nodes (mostly forward: cycles occur), negative STREAM lags,
-    barrier groups, release times and coarse order keys (ties)."""
+    barrier groups, release times and coarse order keys (ties). ``idle_lanes`` more lanes that no
+    node uses (a graph of many ranks, for the compiled core's layout of many lanes)."""
     n = draw(st.integers(1, 30))
     durs = draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
     lanes = draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n))
@@ -207,8 +208,10 @@ def any_graphs(draw):
              for _ in range(4)] + [POOL]
     if max(lanes) < 3:
         lanes[-1] = 3
+    max_servers = servers[:4] + [draw(st.sampled_from([servers[4], servers[4], 4]))] + [1] * idle_lanes
+    servers, types = servers + [1] * idle_lanes, types + [LaneType.STREAM] * idle_lanes
     return graph(durs, edges, lanes=lanes, servers=servers, types=types, holds=holds, group=group,
-                 max_servers=servers[:4] + [draw(st.sampled_from([servers[4], servers[4], 4]))],
+                 max_servers=max_servers,
                  release=draw(st.lists(st.integers(-10, 60), min_size=n, max_size=n)),
                  order=[10 * k for k in draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))])
 
@@ -217,6 +220,16 @@ def any_graphs(draw):
 @settings(max_examples=150, deadline=None)
 @given(any_graphs())
 def test_both_engines_agree_on_random_graphs(g):
+    twins.agree("engine", lambda: _replay(g))
+
+
+@needs_native
+@settings(max_examples=100, deadline=None)
+@given(any_graphs(idle_lanes=4096))
+def test_both_engines_agree_on_random_graphs_of_many_lanes(g):
+    """With 4,096 lanes or more (kRenumberMinLanes, replay/cpp/fastrack/engine.hh) the compiled
+    issue order runs on the nodes renumbered by order key: same issue order, same schedule, same
+    errors as the numba engine, which never renumbers."""
     twins.agree("engine", lambda: _replay(g))
 
 

@@ -339,3 +339,146 @@ def test_sweep_ranges(tmp_path):
     for s in spans:
         assert s["protocol"] == "baseline" and s["ranges"]["fixed_by_set"] == ["pcie.latency_ns"]
         assert s["slowdown_range"][0] <= s["slowdown_vs_none"] <= s["slowdown_range"][1]
+
+
+# ---------------------------------------------------------------------------------------------
+# re-pricing (replay/pipeline/reprice.py): exact, or not used
+
+
+def _synth_random(tmp_path, ops: int = 3000):
+    out = tmp_path / "random.parquet"
+    proc = subprocess.run([sys.executable, "-m", "tracegen.cli", "synth", "random", "--ops", str(ops), "--seed", "0",
+                           "-o", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _two_ranks():
+    """Two ranks, each copying 4 MiB to its GPU and then joining one all-reduce of 1 MiB."""
+    ops = []
+    for r in (0, 1):
+        b = len(ops)
+        ops += [op("runtime", "cudaMemcpyAsync", 0, 5_000, thread=1, rank=r),
+                op("memcpy", "Memcpy HtoD (Pinned -> Device)", 6_000, 90_000, stream=1, device=0, rank=r,
+                   bytes=4 << 20, copy_dir="H2D", host_mem="pinned", deps=[(b, "launch")]),
+                op("runtime", "cudaLaunchKernel", 100_000, 1_000, thread=1, rank=r, deps=[(b, "program")])]
+    for r in (0, 1):
+        call = 3 * r + 2
+        ops.append(op("collective", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 102_000, 3_000, stream=7, device=0,
+                      rank=r, deps=[(call, "launch"), (3 * r + 1, "stream")] + ([(6, "collective")] if r else []),
+                      coll_type="all_reduce", coll_group="0", coll_seq=0, coll_bytes=1 << 20, bytes=1 << 20))
+    return ops
+
+
+def _graph_of(tmp_path, which: str):
+    from pathlib import Path
+
+    from replay.pipeline.run import load_graph
+
+    if which == "random":
+        return load_graph(_synth_random(tmp_path))[0]
+    if which == "two-ranks":  # a multi-rank graph: collectives (the GPU-to-GPU path is re-transformed)
+        return load_graph(write(tmp_path / "ranks.parquet", _two_ranks()))[0]
+    return load_graph(Path(__file__).parent.parent / "traces" / which)[0]
+
+
+@pytest.mark.parametrize("which,preset", [
+    ("bert_infer.parquet", None), ("serving.parquet", None), ("serving_offload.parquet", None),
+    ("resnet.parquet", None), ("random", None), ("two-ranks", None),
+    ("bert_infer.parquet", "b300"), ("random", "b300"),  # (a crossing stage, copies that block the host)
+])
+def test_a_repriced_point_is_the_full_transform_exactly(tmp_path, which, preset):
+    # every parameter the model says changes only prices, at the low and the high end of its range:
+    # the re-priced graph has the schedule inputs of the graph the full transform builds, and so its
+    # makespan; where the re-pricer declines (structure changes, the GPU-to-GPU path) it says so
+    from replay.pipeline.ranges import makespan_of, ranged_parameters, same_schedule_inputs
+    from replay.pipeline.reprice import Repricer, repriced_parameters
+    from replay.plugins import load_protocol
+
+    graph = _graph_of(tmp_path, which)
+    cls = _h100()
+    hw = cls.from_preset(preset)
+    priced = repriced_parameters(hw)
+    params = [r for r in ranged_parameters(hw) if r.name in priced]
+    assert len(params) >= 12
+    for protocol in ("baseline", "none", "fastrack:direct", "fastrack:auth"):
+        transform = load_protocol(protocol)
+        g0 = transform(graph, hw)
+        rp = Repricer(graph, g0, protocol, transform, hw)
+        assert rp.ok == (which != "two-ranks"), (which, protocol)
+        repriced = 0
+        for r in params:
+            for end in (r.low, r.high):
+                if end == r.value:
+                    continue
+                hw1 = cls.from_preset(preset, [f"{r.name}={end!r}" if isinstance(end, float) else f"{r.name}={end}"])
+                g1 = rp.at(hw1)
+                if g1 is None:
+                    continue
+                repriced += 1
+                full = transform(graph, hw1)
+                assert same_schedule_inputs(g1, full), (which, protocol, r.name, end)
+                assert makespan_of(g1) == makespan_of(full), (which, protocol, r.name, end)
+        if rp.ok:
+            assert repriced >= 20, (which, protocol)
+
+
+def test_the_repriced_stage_parameters_fall_back_when_a_stage_appears(tmp_path):
+    # submit.crossing_ns = 0 at the preset: no crossing node; at 330 us one per copy, so that point
+    # is re-transformed (the re-pricer declines it), never priced on the wrong graph
+    from replay.pipeline.reprice import Repricer
+    from replay.plugins import load_protocol
+
+    graph = _graph_of(tmp_path, "bert_infer.parquet")
+    cls = _h100()
+    hw = cls.from_preset()
+    assert hw.crossing_ns() == 0 and hw.doorbell_exit_ns() == 0
+    rp = Repricer(graph, load_protocol("baseline")(graph, hw), "baseline", load_protocol("baseline"), hw)
+    assert rp.ok
+    assert rp.at(cls.from_preset(None, ["submit.crossing_ns=330000"])) is None
+    assert rp.at(cls.from_preset(None, ["tee.exits_per_push=1"])) is None
+    assert rp.at(cls.from_preset(None, ["submit.crossing_ns=0"])) is not None
+
+
+def test_a_study_that_reprices_reports_what_one_that_retransforms_does(tmp_path):
+    from replay.pipeline.ranges import RangeStudy
+
+    graph = _graph_of(tmp_path, "random")
+    fast = RangeStudy(graph)
+    slow = RangeStudy(graph)
+    slow._repriced = frozenset()  # every point re-transformed
+    a, b = fast.protocol_range("baseline"), slow.protocol_range("baseline")
+    assert a["ranges"].pop("points_repriced") > 20 and b["ranges"].pop("points_repriced") == 0
+    assert a == b
+
+
+def test_a_model_without_the_hook_is_always_retransformed():
+    from replay.pipeline.reprice import repriced_parameters
+
+    class Bare:
+        pass
+
+    assert repriced_parameters(Bare()) == frozenset()
+
+
+def test_a_repriced_graph_still_refuses_what_a_price_can_break(tmp_path):
+    # its structure is the preset graph's (validated when that was scheduled); a negative duration or
+    # a sum past the representable time is still refused, naming the node
+    from fastrack_core.errors import GraphError
+    from replay.pipeline.engine import schedule
+    from replay.pipeline.reprice import Repricer, RepricedGraph
+    from replay.plugins import load_protocol
+
+    graph = _graph_of(tmp_path, "bert_infer.parquet")
+    cls = _h100()
+    hw = cls.from_preset()
+    rp = Repricer(graph, load_protocol("baseline")(graph, hw), "baseline", load_protocol("baseline"), hw)
+    g1 = rp.at(cls.from_preset(None, ["submit.kernel_ns=10000"]))
+    assert isinstance(g1, RepricedGraph) and schedule(g1).finish.size == g1.n
+    dur = g1.dur.copy()
+    dur[-1] = -5
+    with pytest.raises(GraphError, match="negative duration"):
+        schedule(g1.replace(dur=dur))
+    dur[-1] = 1 << 62
+    with pytest.raises(GraphError, match="beyond"):
+        schedule(g1.replace(dur=dur))

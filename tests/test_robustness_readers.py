@@ -204,6 +204,23 @@ def test_kineto_an_integer_beyond_int64_anywhere_is_read(tmp_path, native, where
     assert "2 ops" in out
 
 
+@pytest.mark.parametrize("rank", ["1000000000000000000000000000000", "1e300", "1048576"])
+def test_kineto_a_rank_beyond_the_largest_is_refused(tmp_path, rank):
+    """A ``distributedInfo.rank`` beyond ``MAX_RANK`` (found by the fuzzer: 10^30 was an
+    OverflowError traceback) is one line naming the field, never the value."""
+    text = json.dumps({"distributedInfo": {"rank": 7, "world_size": {"k": SECRET}}, "traceEvents": [_RT, _EV]})
+    p = tmp_path / "r.json"
+    p.write_text(text.replace('"rank": 7', f'"rank": {rank}'))
+    line = refused([p], tmp_path / "t.parquet", "'distributedInfo.rank'", "MAX_RANK")
+    assert rank not in line
+
+
+def test_kineto_a_rank_in_the_file_name_beyond_the_largest_is_refused(tmp_path):
+    p = tmp_path / "trace_rank_99999999999999999999.json"
+    p.write_text(json.dumps({"traceEvents": [_RT, _EV]}))
+    refused([p], tmp_path / "t.parquet", "rank in the file name", "MAX_RANK")
+
+
 # --------------------------------------------------------------------------- Nsight
 
 

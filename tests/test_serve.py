@@ -39,15 +39,21 @@ def _three_requests() -> Workload:
     return Workload("file", np.array([4, 4, 4]), np.array([2, 2, 2]), arrival_ns=np.zeros(3, np.int64))
 
 
-@pytest.mark.parametrize("protocol, add, first, last", [
+@pytest.mark.parametrize("protocol, add, first, last, sched", [
     # none: step (8,0) 10 ms -> first tokens at 10; (0,2) max(4,5)=5 -> last at 15; request 2 admitted at
     # 15: (4,0) 6 ms -> first at 21; (0,1) max(4,2)=4 -> last at 25
-    ("none", 0, [10, 10, 21], [15, 15, 25]),
+    ("none", 0, [10, 10, 21], [15, 15, 25], "vllm"),
     # baseline: every step's host side 2 ms longer: 12, max(6,5)=6, 8, 6
-    ("baseline", 2, [12, 12, 26], [18, 18, 32]),
+    ("baseline", 2, [12, 12, 26], [18, 18, 32], "vllm"),
+    # overlap (tokens handed out at the next step's start, its host work after them): (8,0) host 0-10,
+    # GPU 0-8; (0,2) host 10-14 reads the first tokens at 10, GPU 10-15; the drain reads them at 15;
+    # request 2 admitted at 14 (its slot freed one step late, at the drain): (4,0) host 14-21 (it
+    # waits at 15 for the readback), GPU 15-18; (0,1) host 21-25 reads its first token at 21, GPU
+    # 21-23; the drain reads the last at 25
+    ("none", 0, [10, 10, 21], [15, 15, 25], "sglang"),
 ])
-def test_hand_worked_timeline(protocol, add, first, last):
-    res = simulate(_three_requests(), _table(protocol, add), scheduler("vllm"), max_seqs=2, max_batched_tokens=16)
+def test_hand_worked_timeline(protocol, add, first, last, sched):
+    res = simulate(_three_requests(), _table(protocol, add), scheduler(sched), max_seqs=2, max_batched_tokens=16)
     assert (res.first_ns // MS).tolist() == first
     assert (res.last_ns // MS).tolist() == last
     assert res.steps == 4
@@ -57,6 +63,11 @@ def test_hand_worked_timeline(protocol, add, first, last):
     assert m["tpot_ns"]["mean"] == pytest.approx(np.mean(tpot) * MS)
     assert m["output_tokens_per_s"] == pytest.approx(6 / (last[-1] * 1e-3))
     assert m["e2e_ns"]["p50"] == pytest.approx(last[0] * MS)
+    # ITL: the gaps between consecutive tokens of each request, pooled (here one gap a request:
+    # none [5, 5, 4] ms, baseline [6, 6, 6]); never a step's host period, never the first token's TTFT
+    assert m["itl_ns"]["mean"] == pytest.approx(np.mean(tpot) * MS)
+    assert m["itl_ns"]["p50"] == pytest.approx(np.percentile(tpot, 50) * MS)
+    assert m["itl_ns"]["p99"] == pytest.approx(max(tpot) * MS)
 
 
 def test_overlap_scheduler_frees_a_slot_one_step_late():
@@ -246,6 +257,62 @@ def test_serve_command_json_and_plot(captured, tmp_path):
     assert rows[1]["ttft_ns"]["mean"] > rows[0]["ttft_ns"]["mean"]  # CC: slower steps, longer queues
     assert rows[1]["added_by_mechanism_ns_per_token"]
     assert plot.stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def captured_overlap(tmp_path_factory):
+    """A small capture of the overlap loop with CUDA-graph decode (modelled host time: the step
+    prices of one shape are then equal, so the comparison with the whole run is not noise)."""
+    from tracegen.cli import main as tracegen_main
+
+    out = tmp_path_factory.mktemp("serve") / "serving_tiny_overlap.parquet"
+    r = CliRunner().invoke(tracegen_main, ["capture", "--host-time", "modelled", "-o", str(out),
+                                           str(ROOT / "examples" / "serving.py"), "--", *CAPTURE, "--cuda-graphs",
+                                           "--overlap"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_overlap_simulator_on_a_small_capture(captured_overlap):
+    """The overlap scheduler over the overlap capture's own workload agrees with the whole-run
+    replay (5%) under none and baseline; where the host first waits on the GPU (a pageable input
+    copy of an eager step) it waits for the earlier steps' work, and the GPU work the host issued
+    meanwhile queues (its busy time, not its span) behind the previous step."""
+    from replay.pipeline.run import load_graph, replay_graph
+    from replay.pipeline.serving import serving_metrics
+    from replay.serve.steps import price_tables
+
+    work = example_requests(CAPTURE)
+    graph, _ = load_graph(captured_overlap)
+    tables, _ = price_tables(graph, str(captured_overlap), ["none", "baseline"], "h100", None)
+    for proto in ("none", "baseline"):
+        rep = replay_graph(graph, proto)
+        whole = serving_metrics(rep.graph, rep.schedule)
+        sim = metrics(simulate(work, tables[proto], scheduler("sglang"), 4, 2048), {})
+        assert sim["output_tokens_per_s"] == pytest.approx(whole["output_tokens_per_s"], rel=0.05)
+        assert sim["ttft_server_ns"]["mean"] == pytest.approx(whole["ttft_ns"]["mean"], rel=0.05)
+        assert sim["tpot_ns"]["mean"] == pytest.approx(whole["tpot_ns"]["mean"], rel=0.05)
+
+
+@pytest.mark.parametrize("sched", names())
+@pytest.mark.parametrize("fixture", ["captured", "captured_overlap"])
+def test_cc_never_makes_serving_faster(request, fixture, sched):
+    """A CC protocol only adds work: under every scheduler, on the synchronous and the overlap
+    capture, baseline gives no more tokens/s and no lower mean TPOT or ITL than none; with equal
+    output lengths the mean ITL (pooled gaps) is the mean TPOT."""
+    from replay.pipeline.run import load_graph
+    from replay.serve.steps import price_tables
+
+    trace = request.getfixturevalue(fixture)
+    graph, _ = load_graph(trace)
+    tables, _ = price_tables(graph, str(trace), ["none", "baseline"], "h100", None)
+    for c in (1, 4):
+        work = parse_workload(f"closed:{c}", 4 * c, "fixed:64:8", 0)
+        m = {p: metrics(simulate(work, tables[p], scheduler(sched), 4, 2048), {}) for p in ("none", "baseline")}
+        assert m["baseline"]["output_tokens_per_s"] <= m["none"]["output_tokens_per_s"]
+        assert m["baseline"]["tpot_ns"]["mean"] >= m["none"]["tpot_ns"]["mean"]
+        for p in m.values():
+            assert p["itl_ns"]["mean"] == pytest.approx(p["tpot_ns"]["mean"], rel=1e-6)
 
 
 @pytest.mark.slow

@@ -8,9 +8,9 @@
    (the trace bench_replay.py uses).
 2. Runs ``python -m replay.frontend.cli --protocol P TRACE --json`` (a single replay: the protocol
    and its ``none`` reference) and the same with ``--ranges`` as whole processes, one after the
-   other, and prints the CPU time (user + system, ``os.wait4``: exact per child) of each, the
-   ratio, the points the range study replayed and skipped, and the range itself. The target is a
-   ratio of at most 3x.
+   other, and prints the CPU time (user + system, ``os.wait4``: exact per child) and peak memory
+   of each, the ratio, the points the range study scheduled, re-priced and skipped, and the range
+   itself. The target is a ratio of at most 3x.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def main() -> None:
     print(f"with --ranges      CPU {ranged['cpu_s']:7.2f} s  wall {ranged['wall_s']:7.2f} s  peak {ranged['peak_mib']:,.0f} MiB")
     print(f"ratio {ratio:.2f}x (target <= {TARGET:g}x: {'pass' if ratio <= TARGET else 'MISS'}); "
           f"{len(info['parameters'])} ranged parameters read, {len(info['not_read'])} not read; "
-          f"{info['points_replayed']} points replayed, {info['points_unchanged']} transformed but unchanged")
+          f"{info['points_replayed']} points scheduled, {info['points_unchanged']} unchanged (not scheduled); "
+          f"{info.get('points_repriced', 0)} of all these re-priced, the others re-transformed")
     print(f"slowdown {r['slowdown_vs_none']} range {r['slowdown_range']} driven by {r['range_driver']}")
 
 

@@ -7,7 +7,9 @@ the per-lane rows of the result, grow with the ranks even when the ops do not).
 For each rank count a synthetic trace (``tracegen synth random``, same seed, same ops) is built
 once; the figure is the fastest of ``--repeats`` ``baseline`` replays of its graph (graph build
 excluded), process CPU time. Printed: seconds per rank count and the ratio to one rank (the
-floor, measured in the same run).
+floor, measured in the same run). A replay's per-lane report rows (``ReplayResult.resources``,
+one dict per lane: the JSON report's ``resources``) are built when first read, not by the
+replay; the time to build them is printed beside it (``rows``), since a report pays it.
 
     python benchmarks/speed/bench_ranks.py [--ops 200000] [--ranks 1,100,1000,10000] [--repeats 3]
 """
@@ -42,24 +44,30 @@ def main(argv=None) -> int:
         ranks = [1, *ranks]
     from replay.pipeline.run import load_graph, replay_graph
 
-    times = {}
+    times, rows = {}, {}
     with tempfile.TemporaryDirectory() as d:
         for r in ranks:
             path = Path(d) / f"r{r}.parquet"
             subprocess.run([sys.executable, "-m", "tracegen.cli", "synth", "random", "--ops", str(a.ops), "--seed",
                             "1", "--ranks", str(r), "-o", str(path)], check=True, capture_output=True)
             graph, tr = load_graph(path)
-            best = None
+            best = best_rows = None
             for _ in range(a.repeats):
                 t0 = time.process_time()
-                replay_graph(graph, a.protocol, trace_ops=tr.num_ops)
+                rep = replay_graph(graph, a.protocol, trace_ops=tr.num_ops)
                 dt = time.process_time() - t0
                 best = dt if best is None else min(best, dt)
-            times[r] = best
+                t0 = time.process_time()
+                lanes = len(rep.result.resources)
+                dt = time.process_time() - t0
+                best_rows = dt if best_rows is None else min(best_rows, dt)
+                del rep
+            times[r], rows[r] = best, (best_rows, lanes)
     floor = times[1]
     print(f"{a.ops} ops under {a.protocol}, fastest of {a.repeats} (process CPU s)")
     for r in ranks:
-        print(f"  {r:>6} ranks: {times[r]:7.3f} s  ({times[r] / floor:5.2f}x one rank)")
+        print(f"  {r:>6} ranks: {times[r]:7.3f} s  ({times[r] / floor:5.2f}x one rank); rows of {rows[r][1]:,} "
+              f"lanes {rows[r][0]:.3f} s")
     return 0
 
 

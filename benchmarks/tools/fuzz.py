@@ -825,12 +825,18 @@ def judge(case: Case, d: Path, rc: int | None, maxrss_mb: float, seconds: float,
 
 
 def run_cases(indices, seed: int, corpus: Corpus, jobs: int, mem_mb: int, timeout_s: float, base: Path,
-              save: Path | None, progress: bool) -> list[Outcome]:
+              save: Path | None, progress: bool, deadline: float | None = None) -> list[Outcome]:
+    """Runs the cases, ``jobs`` at a time. With ``deadline`` (a ``time.monotonic()`` value) no
+    case starts after it; the cases run are then the first ones of ``indices``, in order."""
     pending = list(indices)
     running: dict[int, tuple[Case, Path, float, dict]] = {}
     outcomes = []
     t_report = time.monotonic()
     while pending or running:
+        if deadline is not None and pending and time.monotonic() > deadline:
+            pending.clear()
+            if not running:
+                break
         while pending and len(running) < jobs:
             i = pending.pop(0)
             case = make_case(seed, i, corpus)
@@ -940,29 +946,35 @@ def main(argv=None) -> int:
     ap.add_argument("--save", type=Path, help="copy the files of failing cases here")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--stop-after-s", type=float, metavar="S",
+                    help="start no case after S seconds; the summary gives the number run (cases 0..N-1)")
     args = ap.parse_args(argv)
     if args.cases < 1 or args.jobs < 1 or args.mem_mb < 64 or not 0 < args.timeout_s <= 3600:
         ap.error("--cases, --jobs >= 1; --mem-mb >= 64; 0 < --timeout-s <= 3600")
+    if args.stop_after_s is not None and not 0 < args.stop_after_s <= 7 * 86400:
+        ap.error("--stop-after-s: between 0 and a week of seconds")
     if args.generators:
         names = {g.__name__[len("gen_"):] for g, _ in GENERATORS}
         ONLY_GENERATORS.update(n.strip() for n in args.generators.split(","))
         if not ONLY_GENERATORS <= names:
             ap.error(f"--generators: known generators are {', '.join(sorted(names))}")
     t0 = time.perf_counter()
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fastrack-fuzz-") as tmp:
         base = Path(tmp)
         corpus = build_corpus(base)
         warm_up(corpus, base)
         indices = args.only or range(args.cases)
+        deadline = None if args.stop_after_s is None else started + args.stop_after_s
         outcomes = run_cases(indices, args.seed, corpus, args.jobs, args.mem_mb, args.timeout_s, base, args.save,
-                             args.progress)
+                             args.progress, deadline)
     seconds = time.perf_counter() - t0
     failing = [o for o in outcomes if o.problems]
     by_gen = Counter(o.case.generator for o in outcomes)
     by_rc = Counter(str(o.rc) for o in outcomes)
     kinds = Counter(p.split(":")[0] for o in failing for p in o.problems)
     summary = {
-        "cases": len(outcomes), "seed": args.seed, "failing": len(failing), "seconds": round(seconds, 1),
+        "cases": len(outcomes), "cases_asked": len(indices), "seed": args.seed, "failing": len(failing), "seconds": round(seconds, 1),
         "cases_per_s": round(len(outcomes) / seconds, 1), "exit_codes": dict(by_rc), "generators": dict(by_gen),
         "problems": dict(kinds), "max_rss_mb": round(max((o.maxrss_mb for o in outcomes), default=0), 1),
         "slowest_s": round(max((o.seconds for o in outcomes), default=0), 2),
@@ -971,7 +983,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
-        print(f"{summary['cases']} cases (seed {args.seed}) in {seconds:.0f} s ({summary['cases_per_s']} cases/s): "
+        print(f"{summary['cases']} of {len(indices)} cases (seed {args.seed}) in {seconds:.0f} s ({summary['cases_per_s']} cases/s): "
               f"{len(failing)} failing; exit codes {dict(by_rc)}; max RSS {summary['max_rss_mb']} MB; "
               f"slowest {summary['slowest_s']} s; rerun after a forked child hung: "
               f"{summary['rerun_after_a_forked_hang'] or 'none'}")

@@ -31,14 +31,25 @@ parameter                       points
 ``submit.kernel_ns``            ``launch`` (and ``graph_launch``): the push round trip
 ``submit.copy_ns``              ``d2d``: a copy's push without a host crossing
 ``submit.crossing_ns``          the pinned copies of at most 64 KiB: the fixed toll per crossing
+``cpu_crypto.threads``          opt-in (the file's ``fit`` list names it): the pinned copies of at least
+                                16 MiB, the fewest threads that reach them with the rate at its bound
 ``cpu_crypto.core_gb_s``        the pinned copies of at least 16 MiB (``--fit-ce``: ``ce.crypto_gb_s``)
 ``submit.copy_blocks_host``     ``non_blocking_blocks_host`` (a rule, read, not fitted)
 ==============================  ======================================================
 
 Parameters without their points keep the base preset's value (said in the output). The CPU and CE
 AES-GCM rates cannot both be fitted from copy latencies: the chunk pipeline runs at the slower of
-the two, so one rate is fitted and the other kept. ``cpu_crypto.threads`` is an integer the loop
-cannot see (one calling thread) and is kept.
+the two, so one rate is fitted and the other kept.
+
+The bound: ``cpu_crypto.core_gb_s`` may not exceed ``host.staging_copy_gb_s`` (fitted, else the
+base preset's): an AES-GCM pass reads and writes the same bytes as a plain copy, plus the cipher,
+so no core encrypts faster than it copies. Points that ask for more leave the rate at the bound and
+the fit says so (in the output and in the value's source): the residual is CC cost the model charges
+and the measurements do not, and it points to a faster host copy rate, which only CC-off pageable
+copies measure, or to a CC-off rate below the base preset's (a file whose CC-off side is the model's
+own replay cannot tell). ``cpu_crypto.threads`` (one: the calling thread under the channel's
+lock) is kept unless the ``fit`` list names it: a second encrypting thread per copy is a claim
+about the driver that copy latencies alone cannot make.
 """
 
 from __future__ import annotations
@@ -59,6 +70,10 @@ DEFAULT_REPEAT = 10
 SMALL_MAX_BYTES = 64 * 1024  # copies up to this size identify the fixed toll per crossing
 LARGE_MIN_BYTES = 16 * 1024 * 1024  # copies from this size identify the bulk (crypto) rate
 MAX_BYTES = 1 << 34  # 16 GiB: larger microbenchmark copies are typos
+RATE_MIN_GB_S, RATE_MAX_GB_S = 0.01, 10_000.0  # the search range of a fitted AES-GCM rate
+RESIDUAL_TOL = 0.01  # a mean residual above this at a bound is reported (the bound holds the value back)
+THREADS_MAX = 64  # the most CPU encryption threads a fit tries
+OPT_IN = ("cpu_crypto.threads",)  # fitted only when the file's "fit" list names them
 
 # The microbenchmark loop's captured host and GPU times (a stand-in, as tracegen synth's: the replay
 # re-prices what CC touches). Names and values follow tracegen/synth.py's memcpy microbenchmark.
@@ -315,6 +330,13 @@ class Simulator:
         self._graphs = [point_graph(p, repeat) for p in points]
         self._cache: dict[tuple, float] = {}
 
+    @property
+    def params(self) -> dict[str, dict[str, Any]]:
+        """The base preset's parameters (``[table][key]``), as the loops replay them."""
+        from replay.plugins import load_model
+
+        return load_model(MODEL).from_preset(self.preset, list(MICROBENCH_SETS)).params
+
     def latency(self, i: int, protocol: str, overrides: dict[str, Any]) -> float:
         from replay.pipeline.run import replay_graph
 
@@ -340,6 +362,7 @@ class Fitted:
     points: list[str]
     note: str = ""
     residuals: list[float] = field(default_factory=list)
+    bound: float | None = None  # an upper bound the value may not pass (cpu_crypto.core_gb_s: the copy rate)
 
 
 def _solve(f: Callable[[float], float], lo: float, hi: float, log: bool, tol: float = 2e-4,
@@ -396,22 +419,63 @@ def calibrate(meas: Measurements, preset: str, fit_ce: bool = False) -> tuple[li
     large = [p for p in pinned if p.nbytes >= LARGE_MIN_BYTES]
     chosen = _check_enough(meas, meas.fit, fit_ce)
     rate_key = "ce.crypto_gb_s" if fit_ce else "cpu_crypto.core_gb_s"
+    base_staging = float(sim.params["host"]["staging_copy_gb_s"])
+
+    def mean_residual(key: str, pts: list[Point], v: float, integer: bool) -> float:
+        trial = dict(ov)
+        trial[key] = int(round(v)) if integer else round(v, 4)
+        return sum(_rel(sim.delta(idx[id(p)], trial), max(p.delta_ns, 1.0)) for p in pts) / len(pts)
 
     def fit_delta(key: str, pts: list[Point], lo: float, hi: float, log: bool, integer: bool) -> None:
         if not pts or key not in chosen:
             return
-
-        def f(v: float) -> float:
-            trial = dict(ov)
-            trial[key] = int(round(v)) if integer else round(v, 4)
-            return sum(_rel(sim.delta(idx[id(p)], trial), max(p.delta_ns, 1.0)) for p in pts) / len(pts)
-
-        v = _solve(f, lo, hi, log)
+        v = _solve(lambda x: mean_residual(key, pts, x, integer), lo, hi, log)
         ov[key] = int(round(v)) if integer else round(v, 4)
         at_bound = ov[key] <= lo or ov[key] >= hi
         fits[key] = Fitted(key, ov[key], [p.label for p in pts],
                            note=f"at the end of its search range [{lo}, {hi}]: the points ask for a value beyond it"
                            if at_bound else "")
+
+    def fit_cpu_rate(pts: list[Point]) -> None:
+        """cpu_crypto.core_gb_s, at most the host's plain copy rate (module docstring: the bound)."""
+        key = "cpu_crypto.core_gb_s"
+        if not pts or key not in chosen:
+            return
+        bound = float(ov.get("host.staging_copy_gb_s", base_staging))
+        v = round(_solve(lambda x: mean_residual(key, pts, x, False), RATE_MIN_GB_S, bound, True), 4)
+        ov[key] = min(v, bound)
+        note = ""
+        if ov[key] >= bound and mean_residual(key, pts, bound, False) > RESIDUAL_TOL:
+            wanted = round(_solve(lambda x: mean_residual(key, pts, x, False), bound, RATE_MAX_GB_S, True), 4)
+            staging = ("host.staging_copy_gb_s, fitted here to the CC-off pageable copies, so rather to"
+                       if "host.staging_copy_gb_s" in ov else
+                       "host.staging_copy_gb_s (the host's copy rate, kept: this file has no CC-off pageable copy "
+                       "with its pinned twin to measure it), or to")
+            threads = int(ov.get("cpu_crypto.threads", sim.params["cpu_crypto"]["threads"]))
+            note = (f"held at its bound host.staging_copy_gb_s = {bound:g} GB/s (no CPU encrypts faster than it "
+                    f"copies the same bytes); the points ask for {wanted:g} GB/s: the residual points to "
+                    f"{staging} cpu_crypto.threads (kept at {threads}) or a CC-off rate below the base preset's, "
+                    "which no point separates")
+        fits[key] = Fitted(key, ov[key], [p.label for p in pts], note=note, bound=bound)
+
+    def fit_threads(pts: list[Point]) -> None:
+        """cpu_crypto.threads (only when the file's fit list names it): the fewest encrypting threads
+        whose rate, at most the bound, matches the points; then the rate under that count."""
+        key = "cpu_crypto.threads"
+        if not pts or key not in chosen:
+            return
+        bound = float(ov.get("host.staging_copy_gb_s", base_staging))
+        trial_rate = {**ov, "cpu_crypto.core_gb_s": bound}
+        n = 1
+        while n < THREADS_MAX:
+            trial = {**trial_rate, key: n}
+            if sum(_rel(sim.delta(idx[id(p)], trial), max(p.delta_ns, 1.0)) for p in pts) / len(pts) <= RESIDUAL_TOL:
+                break
+            n += 1
+        ov[key] = n
+        fits[key] = Fitted(key, n, [p.label for p in pts],
+                           note=f"the fewest threads at most {THREADS_MAX} that reach the points with the rate at "
+                                f"its bound {bound:g} GB/s" if n == THREADS_MAX else "")
 
     for _round in range(2):
         if "host.staging_copy_gb_s" in chosen:
@@ -420,7 +484,11 @@ def calibrate(meas: Measurements, preset: str, fit_ce: bool = False) -> tuple[li
         fit_delta("submit.kernel_ns", launch, 0, 10**7, False, True)
         fit_delta("submit.copy_ns", meas.of("d2d"), 0, 10**7, False, True)
         fit_delta("submit.crossing_ns", small, 0, 10**8, False, True)
-        fit_delta(rate_key, large, 0.01, 10_000.0, True, False)
+        if fit_ce:
+            fit_delta(rate_key, large, RATE_MIN_GB_S, RATE_MAX_GB_S, True, False)
+        else:
+            fit_threads(large)
+            fit_cpu_rate(large)
     if meas.blocks_host is not None:
         ov["submit.copy_blocks_host"] = "all" if meas.blocks_host else "d2h"
         fits["submit.copy_blocks_host"] = Fitted("submit.copy_blocks_host", ov["submit.copy_blocks_host"],
@@ -434,7 +502,7 @@ def calibrate(meas: Measurements, preset: str, fit_ce: bool = False) -> tuple[li
 
 
 FITTABLE = ("host.staging_copy_gb_s", "submit.kernel_ns", "submit.copy_ns", "submit.crossing_ns",
-            "cpu_crypto.core_gb_s", "ce.crypto_gb_s")
+            "cpu_crypto.core_gb_s", "cpu_crypto.threads", "ce.crypto_gb_s")
 
 
 def identified(meas: Measurements, fit_ce: bool) -> dict[str, int]:
@@ -448,7 +516,8 @@ def identified(meas: Measurements, fit_ce: bool) -> dict[str, int]:
             "submit.kernel_ns": len(meas.of("launch")) + len(meas.of("graph_launch")),
             "submit.copy_ns": len(meas.of("d2d")),
             "submit.crossing_ns": len([p for p in pinned if p.nbytes <= SMALL_MAX_BYTES]),
-            "cpu_crypto.core_gb_s": 0 if fit_ce else rate, "ce.crypto_gb_s": rate if fit_ce else 0}
+            "cpu_crypto.core_gb_s": 0 if fit_ce else rate, "cpu_crypto.threads": 0 if fit_ce else rate,
+            "ce.crypto_gb_s": rate if fit_ce else 0}
 
 
 def _check_enough(meas: Measurements, wanted: tuple[str, ...] | None, fit_ce: bool) -> set[str]:
@@ -456,7 +525,7 @@ def _check_enough(meas: Measurements, wanted: tuple[str, ...] | None, fit_ce: bo
     Fewer identifying points than parameters is refused, naming the field."""
     ids = identified(meas, fit_ce)
     if wanted is None:
-        chosen = {k for k, n in ids.items() if n}
+        chosen = {k for k, n in ids.items() if n and k not in OPT_IN}
         if not chosen:
             raise ConfigError(f"copies: {len(meas.points)} point(s) identify no parameter (a pinned copy of at most "
                               f"{SMALL_MAX_BYTES} or at least {LARGE_MIN_BYTES} bytes, a pageable copy with its pinned "
@@ -515,6 +584,29 @@ def _toml_value(v: Any) -> str:
     return str(v)
 
 
+def _range(ft: Fitted, worst: float) -> tuple[Any, Any, str]:
+    """A fitted value's range: twice its worst residual, at least +-5%, never below 0 (or 1 thread)
+    nor above its bound; a value held at its bound ranges from 5% below it up to it."""
+    v = ft.value
+    if ft.bound is not None and v >= ft.bound:
+        return round(v * 0.95, 4), v, ("held at its bound (the points ask for more): the bound at the high end, "
+                                       "5% below it at the low end")
+    span = max(0.05, 2 * worst)
+    lo, hi = v * (1 - span), v * (1 + span)
+    if ft.bound is not None:
+        hi = min(hi, ft.bound)
+    if isinstance(v, int):
+        lo, hi = max(int(math.floor(lo)), 1 if ft.key == "cpu_crypto.threads" else 0), int(math.ceil(hi))
+        if v == 0:
+            hi = max(hi, 1000)
+    else:
+        lo, hi = round(max(lo, v * 0.01), 4), round(hi, 4)
+    why = f"the fit +-{span:.0%} (twice its worst residual, at least 5%)"
+    if ft.bound is not None and hi >= ft.bound:
+        why += f", at most its bound {ft.bound:g}"
+    return lo, hi, why
+
+
 def preset_text(fits: list[Fitted], meas: Measurements, extends: str, name: str, description: str = "") -> str:
     """The calibrated preset: ``extends`` the base and states every fitted value with its source and,
     for numbers, a range from the fit's worst residual (at least +-5%)."""
@@ -540,18 +632,11 @@ def preset_text(fits: list[Fitted], meas: Measurements, extends: str, name: str,
             pts = ", ".join(ft.points)
             cite = f", measurements of {meas.source}" if meas.source else ""
             tail = f"; residuals {res}" if res else ""
-            lines.append(f"{key}_source = " + json.dumps(f"{how} {src} ({pts}{cite}){tail}"))
+            extra = f"; {ft.note}" if ft.note and ft.note != "read, not fitted" else ""
+            lines.append(f"{key}_source = " + json.dumps(f"{how} {src} ({pts}{cite}){tail}{extra}"))
             if isinstance(ft.value, (int, float)) and not isinstance(ft.value, bool):
-                span = max(0.05, 2 * worst)
-                lo, hi = ft.value * (1 - span), ft.value * (1 + span)
-                if isinstance(ft.value, int):
-                    lo, hi = int(math.floor(lo)), int(math.ceil(hi))
-                    if ft.value == 0:
-                        hi = max(hi, 1000)
-                else:
-                    lo, hi = round(lo, 4), round(hi, 4)
+                lo, hi, why = _range(ft, worst)
                 lines.append(f"{key}_range = [{_toml_value(lo)}, {_toml_value(hi)}]")
-                why = f"the fit +-{span:.0%} (twice its worst residual, at least 5%)"
                 lines.append(f"{key}_range_source = " + json.dumps(why))
         lines.append("")
     return "\n".join(lines)
@@ -564,14 +649,23 @@ def report_lines(fits: list[Fitted], meas: Measurements, sim: Simulator, ov: dic
             out.append(f"  {ft.key:28s} kept        {ft.note}")
             continue
         res = ", ".join(f"{p} {r:+.2%}" for p, r in zip(ft.points, ft.residuals)) or ft.note
-        out.append(f"  {ft.key:28s} {_toml_value(ft.value):>11s}  {res}{'  (' + ft.note + ')' if ft.note and ft.residuals else ''}")
+        note = f"  ({ft.note})" if ft.note and ft.residuals and ft.bound is None else ""
+        out.append(f"  {ft.key:28s} {_toml_value(ft.value):>11s}  {res}{note}")
     fitted = {ft.key for ft in fits if ft.value is not None}
     kept = [k for k in ("submit.kernel_ns", "submit.copy_ns", "submit.crossing_ns", rate_key, "host.staging_copy_gb_s",
                         "submit.copy_blocks_host") if k not in fitted]
     if kept:
         out.append("kept from the base preset (no measurement identifies them): " + ", ".join(kept))
     other = "cpu_crypto.core_gb_s" if rate_key == "ce.crypto_gb_s" else "ce.crypto_gb_s"
-    out.append(f"kept: {other} and cpu_crypto.threads (not separable from {rate_key} by copy latencies)")
+    if "cpu_crypto.threads" not in fitted:
+        out.append(f"kept: {other} and cpu_crypto.threads (not separable from {rate_key} by copy latencies; "
+                   "name cpu_crypto.threads in the file's fit list to fit it)")
+    else:
+        out.append(f"kept: {other} (not separable from {rate_key} by copy latencies)")
+    for ft in fits:
+        if ft.bound is not None:
+            out.append(f"bound: {ft.key} <= host.staging_copy_gb_s = {ft.bound:g} GB/s"
+                       + (f": {ft.note}" if ft.note else " (not reached)"))
     out.append("points (measured CC cost -> model, ratio CC on/off measured -> model):")
     for i, p in enumerate(meas.points):
         on, off = sim.latency(i, "baseline", ov), sim.latency(i, "none", ov)

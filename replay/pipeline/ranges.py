@@ -12,7 +12,9 @@ be monotone in a parameter (docs/architecture.md), so a value inside a range may
 outside the result's range.
 
 Cost (docs/model.md "Prediction ranges"): the trace's graph is built once and what-if scaling
-applied once; each point is one protocol transform and one schedule of that graph (the ``none``
+applied once; each point is one schedule, of the preset's transformed graph re-priced at the
+point (:mod:`replay.pipeline.reprice`) when the point moves only parameters the model lists as
+price-only and the re-pricer knows the protocol, else of a new protocol transform (the ``none``
 reference's points likewise, shared by every protocol of a study). Points are skipped, exactly,
 where they cannot change the result:
 
@@ -21,8 +23,8 @@ where they cannot change the result:
   parameter it did not read cannot change its output), e.g. the multi-GPU tables of a one-GPU
   trace;
 * an end equal to the preset's value;
-* a transformed graph whose schedule inputs equal the preset's (say, a memset price on a trace
-  without memsets): same inputs, same schedule, so it is not scheduled.
+* a point's graph (re-priced or transformed) whose schedule inputs equal the preset's (say, a
+  memset price on a trace without memsets): same inputs, same schedule, so it is not scheduled.
 
 ``captured`` and ``none`` have no range: nothing CC-related is assumed there.
 """
@@ -39,9 +41,9 @@ from replay.graph import OpGraph
 from replay.names import CAPTURED, NONE
 from replay.plugins import DEFAULT_MODEL
 
-# The decision (docs/model.md "Uncertainty ranges"): ranges cost one transform and one schedule per
-# point, about 2 x (ranged parameters the protocol reads) + 2 replays, so they are asked for
-# (``--ranges``), not on by default.
+# The decision (docs/model.md "Prediction ranges"): ranges cost one schedule per point (most points
+# re-priced, the rest re-transformed), about 2 x (ranged parameters the protocol reads) + 4
+# schedules, some 8-10x a single replay at 1M ops, so they are asked for (``--ranges``), not on by default.
 RANGES_DEFAULT = False
 
 NO_RANGE_NOTE = "{protocol}: no range (the protocol assumes nothing CC-related; its parameters are not varied)"
@@ -172,8 +174,11 @@ class _Side:
     base_graph: OpGraph | None
     reads: set[str] | None  # None: unknown (every parameter counts as read)
     makespan: dict[tuple, int] = field(default_factory=dict)
-    replayed: int = 0  # points transformed and scheduled
+    replayed: int = 0  # points scheduled (re-priced or re-transformed)
     transformed_only: int = 0  # points whose graph equalled the preset's (not scheduled)
+    repriced: int = 0  # points whose graph was re-priced from base_graph, not re-transformed
+    repricer: Any = None  # replay.pipeline.reprice.Repricer of base_graph, made on first use (False: none)
+    hw: Any = None  # the model at the preset's values
 
     def reads_any(self, names) -> bool:
         return self.reads is None or any(n in self.reads for n in names)
@@ -198,6 +203,9 @@ class RangeStudy:
         hw = self._cls.from_preset(preset, self.overrides)
         self.ranged = ranged_parameters(hw)
         self._value = {r.name: r.value for r in self.ranged}
+        from replay.pipeline.reprice import repriced_parameters
+
+        self._repriced = repriced_parameters(hw)
         self.fixed_by_set = list(hw._preset.fixed_by_set)
         self._graph = scale_durations(graph, check_scales(scales))
         self._none: _Side | None = None
@@ -213,9 +221,19 @@ class RangeStudy:
             m0 = int(base_makespan)  # the caller's replay of the same graph: no schedule needed
         else:
             m0 = makespan_of(g0)
-        side = _Side(protocol, g0, reads)
+        side = _Side(protocol, g0, reads, hw=hw)
         side.makespan[()] = m0
         return side
+
+    def _repricer(self, side: _Side):
+        """The side's re-pricer, or None when its graph is not re-priced (replay.pipeline.reprice)."""
+        if side.repricer is None:
+            from replay.pipeline.reprice import Repricer
+            from replay.plugins import load_protocol
+
+            rp = Repricer(self._graph, side.base_graph, side.protocol, load_protocol(side.protocol), side.hw)
+            side.repricer = rp if rp.ok else False
+        return side.repricer or None
 
     def _at(self, side: _Side, values: Mapping[str, Any]) -> int:
         """The side's makespan with ``values`` (``{name: value}``, the others at the preset)."""
@@ -225,8 +243,20 @@ class RangeStudy:
         if key not in side.makespan:
             from replay.plugins import load_protocol
 
-            g = load_protocol(side.protocol)(self._graph, self._model_at(moved))
-            if same_schedule_inputs(g, side.base_graph):
+            hw = self._model_at(moved)
+            g = None
+            if moved and set(moved) <= self._repriced:  # prices only: re-price the preset's graph
+                rp = self._repricer(side)
+                g = rp.at(hw) if rp is not None else None
+            if g is not None:
+                side.repriced += 1
+                base = side.base_graph  # (same nodes and edges: only durations and lags can differ)
+                unchanged = (np.array_equal(g.dur, base.dur) and np.array_equal(g.dep_lag, base.dep_lag)
+                             and g.lanes is base.lanes)
+            else:
+                g = load_protocol(side.protocol)(self._graph, hw)
+                unchanged = same_schedule_inputs(g, side.base_graph)
+            if unchanged:
                 side.makespan[key] = side.makespan[()]
                 side.transformed_only += 1
             else:
@@ -332,6 +362,7 @@ class RangeStudy:
             "fixed_by_set": list(self.fixed_by_set),
             "points_replayed": replayed,
             "points_unchanged": skipped,
+            "points_repriced": side.repriced + (ref.repriced if ref is not None else 0),
             "note": ("one-at-a-time ends of every ranged parameter the protocol or the none reference reads, "
                      "and the corners where all sit at the end that raised / lowered the result; a range over "
                      "those points, not a bound"

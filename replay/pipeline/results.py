@@ -57,12 +57,18 @@ class ReplayResult:
     per_rank: list[RankSpan]
     steps: list[dict[str, int]]
     critical_path_ns: dict[str, int]
-    resources: list[dict[str, Any]]
+    lane_usage: "LaneUsage"  # the rows of ``resources``, as columns
     captured_span_ns: int
     model: dict[str, Any] | None = None  # model name, preset, params, digest
     notes: list[str] = field(default_factory=list)
     scales: dict[str, float] = field(default_factory=dict)  # what-if duration factors applied
     calibration: dict[str, Any] | None = None  # what the graph builder derived (replay.causal)
+
+    @property
+    def resources(self) -> list[dict[str, Any]]:
+        """Busy time and utilisation of every lane, one row each (:func:`resource_usage`), built
+        when first read."""
+        return self.lane_usage.rows()
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -249,7 +255,7 @@ def summarize(graph: OpGraph, sched: Schedule, protocol: str, trace_ops: int) ->
         per_rank=per_rank,
         steps=_step_spans(graph, sched, entered),
         critical_path_ns=critical_path(graph, sched),
-        resources=resource_usage(graph, sched, makespan),
+        lane_usage=lane_usage(graph, sched, makespan),
         captured_span_ns=captured_span,
     )
 
@@ -361,8 +367,56 @@ def critical_path(graph: OpGraph, sched: Schedule) -> dict[str, int]:
     return {c.label: int(totals[int(c)]) for c in Category}
 
 
-def resource_usage(graph: OpGraph, sched: Schedule, makespan: int) -> list[dict[str, Any]]:
-    """Busy time and utilisation of every lane (busy / (servers x makespan)).
+class LaneUsage:
+    """The per-lane report as columns (:func:`lane_usage`); :meth:`rows` builds its rows, once.
+
+    A replay of 10,000 ranks has over 100,000 lanes, most of them idle: the numbers are whole-array
+    sums, and the Python rows (what the JSON report and the API's table show) are made only when
+    something reads them, not by every replay (a sweep keeps a point's makespan and spans)."""
+
+    def __init__(self, names, type_, rank, servers, ops, busy, quotient, pools, size):
+        self.columns = (names, type_, rank, servers, ops, busy, quotient, pools, size)
+        self._rows: list[dict[str, Any]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, LaneUsage) and self.rows() == other.rows()
+
+    def __repr__(self) -> str:
+        return f"LaneUsage({len(self)} lanes)"
+
+    def __getstate__(self):
+        return {"columns": self.columns, "_rows": None}
+
+    def rows(self) -> list[dict[str, Any]]:
+        if self._rows is None:
+            self._rows = self._build()
+        return self._rows
+
+    def _build(self) -> list[dict[str, Any]]:
+        names, type_, rank, servers, ops, busy, q, pools, size = self.columns
+        if q is None:  # (no makespan)
+            util = [0.0] * len(names)
+        else:
+            # float(busy) / (servers * makespan) per lane, rounded by Python's round (exact ties);
+            # a quotient of zero (an idle lane: 0.0, or -0.0) is its own rounding
+            util = q.tolist()
+            for k in np.flatnonzero(q != 0).tolist():
+                util[k] = round(util[k], 6)
+        labels = {int(t): LaneType(int(t)).label for t in np.unique(type_).tolist()}
+        types = [labels[t] for t in type_.tolist()]
+        out = [{"name": name, "type": typ, "rank": r, "servers": sv, "ops": n, "busy_ns": b, "utilization": u}
+               for name, typ, r, sv, n, b, u in zip(names, types, rank.tolist(), servers.tolist(), ops.tolist(),
+                                                    busy.tolist(), util)]
+        for k in np.flatnonzero(pools).tolist():
+            out[k]["peak_servers"] = int(size[k])
+        return out
+
+
+def lane_usage(graph: OpGraph, sched: Schedule, makespan: int) -> LaneUsage:
+    """Busy time and utilisation of every lane (busy / (servers x makespan)), as columns.
 
     A pool lane (bounce slots) counts holds: ``ops`` is the number of holds, ``busy_ns`` the sum of
     (finish of the releasing node - start of the holder), ``peak_servers`` the size the pool grew
@@ -383,22 +437,16 @@ def resource_usage(graph: OpGraph, sched: Schedule, makespan: int) -> list[dict[
     count = count + np.bincount(graph.hold_lane[holders], minlength=len(lanes))
     pools = np.zeros(len(lanes), bool)
     pools[graph.hold_lane[holders]] = True
-    # one row per lane, built from whole columns (a 10,000-rank replay has over 100,000 lanes)
     size = sched.lane_servers[: len(lanes)].astype(np.int64)
-    # (as float(busy) / (servers * makespan) per lane, rounded by Python's round: exact ties)
-    util = [0.0] * len(lanes) if makespan <= 0 else \
-        [round(u, 6) for u in (busy.astype(np.float64) / (size * int(makespan)).astype(np.float64)).tolist()]
-    type_label = {int(t): LaneType(int(t)).label for t in np.unique(lanes.type).tolist()}
-    out = []
-    for name, typ, rank, servers, ops, b, u, pool, peak in zip(
-            lanes.names, lanes.type.tolist(), lanes.rank.tolist(), lanes.servers.tolist(), count.tolist(),
-            busy.tolist(), util, pools.tolist(), size.tolist()):
-        row = {"name": name, "type": type_label[typ], "rank": rank, "servers": servers, "ops": ops, "busy_ns": b,
-               "utilization": u}
-        if pool:
-            row["peak_servers"] = peak
-        out.append(row)
-    return out
+    quotient = None if makespan <= 0 else busy.astype(np.float64) / (size * int(makespan)).astype(np.float64)
+    return LaneUsage(lanes.names, lanes.type.copy(), lanes.rank.copy(), lanes.servers.copy(), count, busy, quotient,
+                     pools, size)
+
+
+def resource_usage(graph: OpGraph, sched: Schedule, makespan: int) -> list[dict[str, Any]]:
+    """The rows of :func:`lane_usage`: per lane ``name``, ``type``, ``rank``, ``servers``,
+    ``ops``, ``busy_ns``, ``utilization`` and, for a pool, ``peak_servers``."""
+    return lane_usage(graph, sched, makespan).rows()
 
 
 def setup_metrics(graph: OpGraph, sched: Schedule, windowed: bool = False) -> dict[str, Any]:
@@ -420,5 +468,5 @@ def kind_counts(graph: OpGraph) -> dict[str, int]:
     return {graph.kind_label(int(v)): int(c) for v, c in zip(vals, counts)}
 
 
-__all__ = ["ReplayResult", "summarize", "setup_metrics", "critical_path", "resource_usage", "step_spans", "kind_counts",
+__all__ = ["ReplayResult", "summarize", "setup_metrics", "critical_path", "resource_usage", "lane_usage", "LaneUsage", "step_spans", "kind_counts",
            "BOUND_RELEASE", "OpKind"]

@@ -42,6 +42,13 @@ copy (docs/model.md "The driver path"): the fixed crossing cost ``model.crossing
 ``p2p_sync`` node on the direction's secure channel before chunk 0's PCIe and CE stages (no node
 when 0), and, after the thread's ``sync_wait``, the completion wait ``model.completion_ns()`` (the
 CPU decrypts the encrypted semaphore) as a ``p2p_sync`` node on the thread.
+
+The channel lock (docs/model.md "Channels and serialisation"): where host threads of a rank share a
+direction's secure channel (crypto in the calling thread, that direction's CPU stages on more than
+one lane), each chunk's CPU encryption (H2D) or decryption (D2H) holds one server of the rank's lock
+pool of that direction (``ce.secure_channels_per_direction`` servers) for its duration; an H2D chunk
+then takes its bounce slot first, in a 0 ns ``sync_wait`` on its thread. Nothing changes for one
+thread.
 """
 
 from __future__ import annotations
@@ -125,7 +132,7 @@ def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOption
     ``tail`` (per existing node, the host node that now ends it) is advanced past the waits."""
     threads = int(model.cpu_crypto_threads)
     path = _DataPath.of(ed.g, model, cp, opts)
-    stages = _add_stages(ed, model, path, opts)
+    stages = _add_stages(ed, model, path, opts, _shared_channel(path, cp.rank, threads))
     host_prev = _host_chain(path, stages.done, tail)
     _crossings(ed, model, path, stages, opts.overlap)
     _cpu_edges(ed, path, stages, host_prev, threads)
@@ -134,6 +141,7 @@ def _copies(ed: GraphEditor, model, cp: Copies, tail: np.ndarray, opts: CCOption
     _d2h_edges(ed, path, stages, opts.overlap)
     _host_sync_edges(ed, path, stages, host_prev, threads, opts.overlap)
     _bounce_holds(ed, model, path, stages, cp, opts.overlap)
+    _channel_locks(ed, path, stages, cp.rank, opts.overlap)
 
 
 def _lane_with_key(g: OpGraph, ranks: np.ndarray, typ: LaneType, key: int) -> np.ndarray:
@@ -254,11 +262,19 @@ class _Stages:
     ce: np.ndarray  # the CE secure-copy operation: decrypt+verify (H2D) / encrypt+tag (D2H)
     wait: np.ndarray  # per copy
     done: np.ndarray  # per copy: the host node that ends the copy on the calling thread (the completion wait, or ``wait``)
+    # per chunk: its CPU crypto stage holds its direction's channel lock (host threads share the
+    # channel, :func:`_channel_locks`)
+    locked: np.ndarray
+    # per chunk: the 0 ns ``sync_wait`` node on the thread that takes the bounce slot before a locked H2D
+    # chunk's encryption locks the channel (-1 elsewhere: the encryption takes the slot itself)
+    take: np.ndarray
 
     @property
     def cpu_first(self) -> np.ndarray:
-        """Per chunk: its first CPU node on the thread (the client-data decryption of an H2D chunk)."""
-        return np.where(self.extra >= 0, np.minimum(self.extra, self.cpu), self.cpu)
+        """Per chunk: its first CPU node on the thread (the client-data decryption of an H2D chunk,
+        else the slot take of a locked H2D chunk)."""
+        first = np.where(self.take >= 0, self.take, self.cpu)
+        return np.where(self.extra >= 0, np.minimum(self.extra, self.cpu), first)
 
     @property
     def cpu_last(self) -> np.ndarray:
@@ -266,8 +282,9 @@ class _Stages:
         return np.maximum(self.extra, self.cpu)
 
 
-def _add_stages(ed: GraphEditor, model, path: _DataPath, opts: CCOptions) -> _Stages:
-    """Create the stage nodes (stage-major) and the waits; the copy node keeps 0 ns on its stream."""
+def _add_stages(ed: GraphEditor, model, path: _DataPath, opts: CCOptions, locked: np.ndarray) -> _Stages:
+    """Create the stage nodes (stage-major) and the waits; the copy node keeps 0 ns on its stream.
+    ``locked``: per chunk, whether its CPU crypto stage takes its direction's channel lock."""
     ch, nb, h2d = path.ch, path.ch.nbytes, path.h2d
     every = np.ones(len(ch), bool)
 
@@ -310,7 +327,15 @@ def _add_stages(ed: GraphEditor, model, path: _DataPath, opts: CCOptions) -> _St
     done[sem] = ed.add_nodes(DerivedKind.P2P_SYNC, path.node[sem], path.host_lane[sem], int(fin))
     ed.add_edges(wait[sem], done[sem], DepKind.PROGRAM, 0)
     ed.set_dur(path.node, 0)  # the copy node now only marks completion on its stream
-    return _Stages(cpu=cpu, extra=extra, pcie=pcie, ce=ce, wait=wait, done=done)
+    # a locked H2D chunk takes its bounce slot first (a 0 ns sync_wait on the thread: the thread blocks
+    # until it has one), then the channel lock for its encryption: the driver allocates the staging
+    # buffer before it begins the push [S37]
+    take = np.full(len(ch), -1, np.int64)
+    sel = np.flatnonzero(locked & h2d)
+    take[sel] = ed.add_nodes(DerivedKind.SYNC_WAIT, path.chunk_node[sel], path.cpu_lane[ch.copy[sel]], 0, 0,
+                             path.host_order[ch.copy[sel]])
+    return _Stages(cpu=cpu, extra=extra, pcie=pcie, ce=ce, wait=wait, done=done, locked=np.asarray(locked, bool),
+                   take=take)
 
 
 def _crossings(ed: GraphEditor, model, path: _DataPath, stages: _Stages, overlap: bool) -> None:
@@ -353,7 +378,11 @@ def _cpu_edges(ed: GraphEditor, path: _DataPath, stages: _Stages, host_prev: np.
     ch, first_of, last_of = path.ch, stages.cpu_first, stages.cpu_last
     mine = np.flatnonzero(path.cpu)
     two = mine[stages.extra[mine] >= 0]  # the two passes of a chunk, in order
-    ed.add_edges(first_of[two], last_of[two], DepKind.PROGRAM, 0)
+    taken = np.flatnonzero(stages.take >= 0)  # (H2D) the slot take, then the encryption
+    into = last_of.copy()
+    into[taken] = stages.take[taken]
+    ed.add_edges(first_of[two], into[two], DepKind.PROGRAM, 0)
+    ed.add_edges(stages.take[taken], stages.cpu[taken], DepKind.PROGRAM, 0)
     if threads == 1:
         later = mine[ch.j[mine] > 0]
         ed.add_edges(last_of[later - 1], first_of[later], DepKind.PROGRAM, 0)
@@ -477,12 +506,82 @@ def _bounce_holds(ed: GraphEditor, model, path: _DataPath, stages: _Stages, cp: 
     if staged.size == 0:
         return
     h2d = path.h2d[staged]
-    holder = np.where(h2d, stages.cpu[staged], stages.pcie[staged])
+    fill = np.where(stages.take[staged] >= 0, stages.take[staged], stages.cpu[staged])
+    holder = np.where(h2d, fill, stages.pcie[staged])
     until = np.where(h2d, stages.pcie[staged], stages.cpu[staged])
     if overlap:
         ed.add_edges(holder, until, DepKind.LAUNCH, 0)
     add_pool_holds(ed, cp.rank[path.ch.copy[staged]], holder, until, int(model.bounce_slots),
                    int(model.bounce_max_slots))
+
+
+LOCK_KEYS = {True: 1, False: 2}  # BOUNCE_POOL lane key of a rank's channel lock, H2D / D2H (key 0: the bounce pool)
+
+
+def _shared_channel(path: _DataPath, rank: np.ndarray, threads: int) -> np.ndarray:
+    """Per chunk: whether its CPU crypto stage takes its direction's channel lock: the CPU stages
+    that encrypt for (H2D) or decrypt from (D2H) a secure channel run in the calling thread
+    (``cpu_crypto.threads`` = 1) and, on its rank, that direction's stages run on more than one
+    lane (several host threads, or a thread and the crypto lane of copies without a call). One lane
+    serves one stage at a time: a lock only it takes never binds, so it is left out."""
+    crypto = path.crypto & path.cpu
+    if threads != 1 or not crypto.any():
+        return np.zeros(len(path.ch), bool)
+    sel = np.flatnonzero(crypto)
+    r = rank[path.ch.copy[sel]].astype(np.int64)
+    key = r * 2 + path.h2d[sel]  # (rank, direction)
+    lane = path.cpu_lane[path.ch.copy[sel]].astype(np.int64) + 1  # (>= 0)
+    span = int(lane.max()) + 1
+    pairs = np.unique(key * span + lane)  # the distinct (rank, direction, lane)
+    groups, lanes_per = np.unique(pairs // span, return_counts=True)
+    shared_keys = groups[lanes_per > 1]
+    out = np.zeros(len(path.ch), bool)
+    out[sel[np.isin(key, shared_keys)]] = True
+    return out
+
+
+def _channel_locks(ed: GraphEditor, path: _DataPath, stages: _Stages, rank: np.ndarray, overlap: bool) -> None:
+    """The channel lock (docs/model.md "The driver path", "Channels and serialisation"): a CPU
+    crypto stage marked ``locked`` holds one server of its rank's lock pool of its direction
+    (``ce.secure_channels_per_direction`` servers, as many as the direction's secure-channel lane,
+    never growing) for its own duration: the driver encrypts into the staging buffer inside a push
+    that has the channel locked, and decrypts under the channel's CSL lock [S37], so at most that
+    many threads encrypt (or decrypt) for one direction at once; the others wait, longest-waiting
+    first. With ``overlap`` an H2D chunk's PCIe transfer and CE operation start no earlier than its
+    encryption does (start-to-start edges: they stream what it writes)."""
+    sel = np.flatnonzero(stages.locked)
+    if sel.size == 0:
+        return
+    copy = path.ch.copy[sel]
+    h2d = path.h2d[sel]
+    r = rank[copy].astype(np.int64)
+    lanes = ed.lanes
+    pool = np.empty(sel.size, np.int32)
+    for direction in (True, False):
+        mask = h2d == direction
+        if not mask.any():
+            continue
+        ranks, inv = np.unique(r[mask], return_inverse=True)
+        found = lanes.find_many(ranks, LaneType.BOUNCE_POOL, LOCK_KEYS[direction])
+        new = np.flatnonzero(found == NO_LANE)
+        if new.size:
+            # one lock per channel: as many servers as the rank's secure-channel lane of this direction
+            ce = np.zeros(ranks.size, np.int64)
+            ce[inv] = path.ce_lane[copy[mask]]
+            servers = lanes.servers[ce[new]]
+            label = "csl_h2d" if direction else "csl_d2h"
+            lanes, first = lanes.extend(ranks[new], int(LaneType.BOUNCE_POOL), LOCK_KEYS[direction],
+                                        [f"rank{int(x)}/{label}" for x in ranks[new].tolist()], servers,
+                                        max_servers=servers)
+            found[new] = first + np.arange(new.size, dtype=np.int32)
+        pool[mask] = found[inv]
+    ed.lanes = lanes
+    cpu = stages.cpu[sel]
+    ed.add_holds(cpu, cpu, pool)
+    if overlap:
+        streamed = sel[h2d]
+        for st in (stages.pcie, stages.ce):
+            ed.add_edges(stages.cpu[streamed], st[streamed], DepKind.LAUNCH, 0)
 
 
 class CCProtocol(Protocol):

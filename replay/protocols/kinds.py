@@ -19,7 +19,8 @@ class DerivedKind(enum.IntEnum):
     CE_DECRYPT = 20  # one CE secure copy: reads a chunk's ciphertext over PCIe, decrypts and verifies its tag (H2D)
     CE_ENCRYPT = 21  # one CE secure copy: encrypts and tags a chunk, writing it over PCIe (D2H)
     GPU_AUTH = 22  # separate GPU authentication kernel (Fastrack-paper emulation, optional [auth]; not on the shipped H100)
-    SYNC_WAIT = 23  # the calling thread blocks until the copy and earlier stream work finish
+    SYNC_WAIT = 23  # the calling thread blocks until the copy and earlier stream work finish (also, 0 ns: until it
+    #                 has the bounce slot a chunk's encryption fills, where that encryption locks a shared channel)
     # 24 was bounce_release (ring-order slot markers); bounce slots are now pool holds (.bounce)
     # GPU-to-GPU (multi-GPU protocols, replay/protocols/p2p.py)
     P2P_SUBMIT = 25  # CPU pushes an encrypted copy-engine command for a GPU-to-GPU message (proxy lane)

@@ -2,9 +2,11 @@
 
 Per request: TTFT = first token - arrival (the client's view: queueing included); server TTFT =
 first token - admission (what a replay's ``arrive`` marker measures); TPOT = (last token - first
-token) / (output tokens - 1); end-to-end = last token - arrival. ITL: the gap between two
-consecutive tokens of a request, weighted by token (each decode step gives each of its decoding
-requests one gap of the step's length). Aggregates: mean, p50, p90, p99. Output tokens/s and
+token) / (output tokens - 1); end-to-end = last token - arrival. ITL: the gaps between two
+consecutive tokens of a request, pooled over requests (the simulator's ``itl_period_ns`` and
+``itl_weight``: each decode step gives each of its decoding requests one gap, from the delivery of
+the previous step's tokens to that of its own; the first token's wait is TTFT, not a gap), so with
+equal output lengths mean ITL and mean TPOT agree. Aggregates: mean, p50, p90, p99. Output tokens/s and
 requests/s over the span from the first admission to the last token (the server's clock, as a
 replay's request markers measure it; in an open loop the first request is admitted as it arrives). Goodput: requests/s of the requests that meet every SLO given (TTFT and/or TPOT; a
 request with one output token meets any TPOT SLO), over the same span.

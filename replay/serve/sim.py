@@ -47,8 +47,8 @@ class SimResult:
     output_tokens: np.ndarray
     steps: int
     busy_ns: int
-    itl_period_ns: np.ndarray  # per run of equal steps: the step period
-    itl_weight: np.ndarray  # ... times the decode tokens it delivered (decodes x steps)
+    itl_period_ns: np.ndarray  # inter-token gaps: time between the deliveries of two consecutive steps' tokens
+    itl_weight: np.ndarray  # ... times the requests that got a token from both (the later step's decodes)
     batch_tokens: np.ndarray  # per run: tokens per step (prefill + decodes)
     batch_steps: np.ndarray  # per run: steps
     mechanism_ns: dict[str, float] = field(default_factory=dict)
@@ -103,8 +103,8 @@ def simulate(work: Workload, table: PriceTable, sched: Scheduler, max_seqs: int,
                 tok = min(price.token_ns or 0, per)
             else:
                 tok = min(price.token_ns, per) if price.token_ns is not None else per
-            hit = periods[shape] = (per, extra, min(price.admit_ns, per), tok, price.gpu_end_ns,
-                                    price.host_ns + extra, price.gpu_ns)
+            hit = periods[shape] = (per, extra, min(price.admit_ns, per), tok, max(price.gpu_end_ns, price.gpu_ns),
+                                    price.host_ns + extra, price.busy_ns, price.sync_ns, price.sync_gpu_end_ns)
         return hit
 
     def deliver(firsts: list[int], done: list[int], now: int) -> None:
@@ -129,6 +129,27 @@ def simulate(work: Workload, table: PriceTable, sched: Scheduler, max_seqs: int,
     # overlap: tokens sampled, not yet read back, and when the GPU finished them
     pending: tuple[list[int], list[int]] | None = None
     gpu_free = 0  # overlap: when the GPU has finished the last step launched
+    last_read: int | None = None  # when the last step's tokens whose delivery is known reached the host
+    pending_d = 0  # overlap: the decodes of the step not yet read back
+
+    def read(now: int, decodes: int, count: int = 1, every: int = 0) -> None:
+        """``count`` steps' tokens reach the host, the first at ``now``, the others ``every`` ns
+        apart: a request decoding in a step got its previous token from the step before, so the
+        step gives each of its ``decodes`` requests one inter-token gap, from the previous
+        delivery to this one (the first token's gap is its TTFT, never an ITL)."""
+        nonlocal last_read
+        if decodes and last_read is not None:
+            _gap(now - last_read, decodes)
+        if decodes and count > 1:
+            _gap(every, decodes * (count - 1))
+        last_read = now + (count - 1) * every
+
+    def _gap(g: int, w: int) -> None:
+        if seg_p and seg_p[-1] == g:
+            seg_w[-1] += w
+        else:
+            seg_p.append(g)
+            seg_w.append(w)
     while True:
         if closed:
             while future and future[0][0] <= t:
@@ -147,6 +168,7 @@ def simulate(work: Workload, table: PriceTable, sched: Scheduler, max_seqs: int,
         d = len(decoding)
         if not d and not prefill:
             if pending is not None:  # the last readback (the loop's drain)
+                read(max(t, gpu_free), pending_d)
                 deliver(pending[0], pending[1], max(t, gpu_free))
                 pending = None
                 continue
@@ -173,10 +195,11 @@ def simulate(work: Workload, table: PriceTable, sched: Scheduler, max_seqs: int,
             budget -= take
         p_tok = sum(c for _, c in chunks)
         shape = (p_tok, d)
-        per, extra, admit_off, tok_off, gpu_end, host_ns, gpu_ns = period_of(shape)
+        per, extra, admit_off, tok_off, gpu_end, host_ns, gpu_busy, sync_off, sync_end = period_of(shape)
         for rid in admitted:
             admit[rid] = t + admit_off
         if pending is not None:
+            read(max(t + tok_off, gpu_free), pending_d)
             deliver(pending[0], pending[1], max(t + tok_off, gpu_free))
             pending = None
         k = 1
@@ -191,29 +214,34 @@ def simulate(work: Workload, table: PriceTable, sched: Scheduler, max_seqs: int,
             k = max(k, 1)
         t_start = t
         if lag:
-            # overlap: the host and the GPU as two stages of a pipeline. The GPU runs a step once the
-            # host has launched it (gpu_end - gpu_ns into the step) and the GPU is free; the host,
-            # after launching, reads the previous step's tokens (no earlier than the GPU finished
-            # them) and then does the rest of its work for the step
-            go = max(gpu_end - gpu_ns, 0)
+            # overlap: the host and the GPU as two stages of a pipeline. The GPU finishes a step no
+            # earlier than the step's own timeline has it (its last GPU node gpu_end into the step,
+            # the host issuing its work as it goes) and no earlier than its busy time after the GPU
+            # finished the previous step (the work the host issued meanwhile queued behind it); the
+            # host, after launching, reads the previous step's tokens (no earlier than the GPU
+            # finished them) and then does the rest of its work for the step. Where the host first
+            # waits on the GPU (sync_off) it waits for the earlier steps' work (the step graph has
+            # nothing before it to wait for): what follows, and the GPU work issued after it, later
             after = max(host_ns - tok_off, 0)
-            for _ in range(k):
+            for i in range(k):
                 ready_prev = gpu_free
-                gpu_free = max(t + go, gpu_free) + gpu_ns
-                t = max(t + host_ns, max(t + tok_off, ready_prev) + after)
-            t_tok = gpu_free
-            per = (t - t_start) // k if k else per
+                stall = max(ready_prev - (t + sync_off), 0) if sync_off is not None else 0
+                gpu_free = max(t + gpu_end, t + stall + sync_end if sync_end else 0, gpu_free + gpu_busy)
+                got = max(t + tok_off + (stall if sync_off is not None and sync_off <= tok_off else 0),
+                          ready_prev)
+                if i:
+                    read(got, d)
+                t = max(t + host_ns + stall, got + after)
+            pending_d = d
         else:
             t_tok = t + (k - 1) * per + tok_off  # the last step of the run: its tokens reach the host
+            read(t + tok_off, d, k, per)
             t += k * per
         busy += t - t_start
         extra_total += k * extra
         mech_runs[shape] = mech_runs.get(shape, 0) + k
         step += k
         done_step = step - 1
-        if d:
-            seg_p.append(per)
-            seg_w.append(d * k)
         seg_tok.append(p_tok + d)
         seg_k.append(k)
         for entry, take in chunks:

@@ -13,6 +13,10 @@ preset, never a replay of the whole trace. From that replay:
   (encryption, encrypted submission, host-synchronous copies) and, in a synchronous loop, the wait
   for the token readback;
 * ``gpu_ns``: the span of the step's work on the GPU and copy lanes (first start to last finish);
+* ``gpu_busy_ns``: the time those lanes are busy in it (the union of their nodes' intervals): what
+  the step needs of the GPU once its work is queued. The span also holds the gaps in which the GPU
+  waits for the host to issue the step's copies and launches; an overlapped loop issues them while
+  the previous step still runs, so there they queue and the gaps close;
 * ``period_ns`` = max(host_ns, gpu_ns): the step's length in a steady loop. In a synchronous loop
   the host waits for the readback, so host_ns >= gpu_ns and the period is the step graph's
   makespan; in an overlapped loop (the next step prepared while this one runs on the GPU) the
@@ -22,6 +26,11 @@ preset, never a replay of the whole trace. From that replay:
   (the step's first ``arrive`` and first ``first_token``/``token`` request markers, from the step's
   first node; a step without token markers hands them out at its end), and ``gpu_end_ns``, when its
   last GPU or copy node finishes (an overlap loop reads a step's tokens no earlier);
+* ``sync_ns`` and ``sync_gpu_end_ns``: where the marker's host thread first blocks on the GPU (its
+  first stream, event or device synchronisation, e.g. a pageable input copy), and when the GPU work
+  issued after it (its descendants) finishes. The cut drops what it waits for; in a loop that runs
+  ahead of the GPU that is the earlier steps' work, so the simulator's overlap pipeline holds the
+  host there until the GPU has finished them, and the work issued after it waits with it;
 * ``mechanism_ns``: the step graph's critical path by mechanism (the attribution of
   :mod:`replay.pipeline.serving`), for "what CC added, by mechanism".
 
@@ -44,6 +53,7 @@ import numpy as np
 
 from fastrack_core.errors import ConfigError
 from fastrack_core.markers import RANGE_PUSH
+from fastrack_core.schema import OpKind
 from replay.graph import NODE_FIELDS, LaneType, OpGraph
 from replay.pipeline.engine import schedule
 from replay.pipeline.run import prepare
@@ -121,6 +131,13 @@ class StepPrice:
     admit_ns: int = 0  # offset of the step's first request admission (its first ``arrive`` marker)
     token_ns: int | None = None  # offset of the step's first token delivery (``first_token``/``token``)
     gpu_end_ns: int = 0  # offset of the finish of the step's last GPU or copy node (its tokens are on the host)
+    gpu_busy_ns: int | None = None  # GPU and copy lanes busy (union of their intervals); None: gpu_ns
+    sync_ns: int | None = None  # offset of the host's first wait on the GPU (None: it never waits)
+    sync_gpu_end_ns: int = 0  # offset of the finish of the GPU work issued after that wait (0: none)
+
+    @property
+    def busy_ns(self) -> int:
+        return self.gpu_ns if self.gpu_busy_ns is None else min(self.gpu_busy_ns, self.gpu_ns)
 
     @property
     def period_ns(self) -> int:
@@ -143,6 +160,14 @@ def price_step(graph: OpGraph, marker_step: CapturedStep, protocol: str, model: 
     dev = np.zeros(g.n, bool)
     dev[has_lane] = ltype[g.lane[has_lane]] != LaneType.HOST_THREAD
     gpu = int(sched.finish[dev].max() - sched.start[dev].min()) if dev.any() else 0
+    busy = _union_ns(sched.start[dev], sched.finish[dev])
+    syncs = np.flatnonzero(on_host & (g.kind == OpKind.SYNC))
+    sync_ns, sync_end = None, 0
+    if syncs.size:
+        first = int(syncs[np.argmin(sched.start[syncs])])
+        sync_ns = int(sched.start[first] - t0)
+        after = _descendants(g, first) & dev
+        sync_end = int(sched.finish[after].max() - t0) if after.any() else 0
     mech = _Mechanisms(g)
     last = int(np.argmax(sched.finish))
     totals = mech.walk(g, sched, last, t0)
@@ -153,7 +178,37 @@ def price_step(graph: OpGraph, marker_step: CapturedStep, protocol: str, model: 
                      mechanism_ns={lab: float(v) for lab, v in zip(mech.labels, totals.tolist()) if v},
                      admit_ns=int(sched.start[arrive].min() - t0) if arrive.size else 0,
                      token_ns=int(sched.start[tokens].min() - t0) if tokens.size else None,
-                     gpu_end_ns=int(sched.finish[dev].max() - t0) if dev.any() else 0)
+                     gpu_end_ns=int(sched.finish[dev].max() - t0) if dev.any() else 0, gpu_busy_ns=busy,
+                     sync_ns=sync_ns, sync_gpu_end_ns=sync_end)
+
+
+def _descendants(g: OpGraph, node: int) -> np.ndarray:
+    """Mask of the nodes that depend on ``node``, directly or through others."""
+    owner = np.repeat(np.arange(g.n), np.diff(g.dep_ptr))
+    order = np.argsort(g.dep_src, kind="stable")
+    src, dst = g.dep_src[order], owner[order]
+    ptr = np.searchsorted(src, np.arange(g.n + 1))
+    seen = np.zeros(g.n, bool)
+    stack = [node]
+    while stack:
+        v = stack.pop()
+        for c in dst[ptr[v]:ptr[v + 1]].tolist():
+            if not seen[c]:
+                seen[c] = True
+                stack.append(c)
+    return seen
+
+
+def _union_ns(start: np.ndarray, finish: np.ndarray) -> int:
+    """Length of the union of the intervals [start, finish)."""
+    if not start.size:
+        return 0
+    order = np.argsort(start, kind="stable")
+    s, f = start[order].astype(np.int64), np.maximum.accumulate(finish[order].astype(np.int64))
+    # an interval opens a new busy stretch where it starts after every earlier one has finished
+    new = np.concatenate(([True], s[1:] > f[:-1]))
+    ends = np.concatenate((f[:-1][new[1:]], f[-1:]))
+    return int((ends - s[new]).sum())
 
 
 def _marker_lane(g: OpGraph) -> int:
@@ -163,6 +218,9 @@ def _marker_lane(g: OpGraph) -> int:
             if hit.size:
                 return int(g.lane[hit[0]])
     return -1
+
+
+_PRICED = ("host_ns", "gpu_ns", "busy_ns")  # the interpolated parts of a price
 
 
 class PriceTable:
@@ -175,29 +233,28 @@ class PriceTable:
         self.captured_steps = sum(len(v) for v in captured.values())
         dec = sorted((d, p) for (pre, d), p in self.captured.items() if pre == 0)
         self._dec_x = np.array([d for d, _ in dec], float)
-        self._dec = {k: np.array([getattr(p, k) for _, p in dec], float) for k in ("host_ns", "gpu_ns")}
+        self._dec = {k: np.array([getattr(p, k) for _, p in dec], float) for k in _PRICED}
         self._cache: dict[tuple[int, int], StepPrice] = {}
         self.interpolated: set[tuple[int, int]] = set()
         self.extrapolated: set[tuple[int, int]] = set()
         pre = sorted((s, p) for s, p in self.captured.items() if s[0] > 0)
         if pre and not dec:
             self._pre_x = np.array([s[0] for s, _ in pre], float)
-            self._pre = {k: np.array([getattr(p, k) for _, p in pre], float) for k in ("host_ns", "gpu_ns")}
+            self._pre = {k: np.array([getattr(p, k) for _, p in pre], float) for k in _PRICED}
         else:
-            by_p: dict[int, list[tuple[float, float]]] = {}
+            by_p: dict[int, list[tuple[float, ...]]] = {}
             for (pp, d), p in pre:
                 base = self._decode_only(d)
-                by_p.setdefault(pp, []).append((p.host_ns - base[0], p.gpu_ns - base[1]))
+                by_p.setdefault(pp, []).append(tuple(getattr(p, k) - b for k, b in zip(_PRICED, base)))
             xs = sorted(by_p)
             self._pre_x = np.array(xs, float)
-            self._pre = {"host_ns": np.array([np.mean([a for a, _ in by_p[x]]) for x in xs]),
-                         "gpu_ns": np.array([np.mean([b for _, b in by_p[x]]) for x in xs])}
+            self._pre = {k: np.array([np.mean([v[i] for v in by_p[x]]) for x in xs]) for i, k in enumerate(_PRICED)}
         self._pre_absolute = bool(pre and not dec)
 
-    def _decode_only(self, d: int) -> tuple[float, float]:
+    def _decode_only(self, d: int) -> tuple[float, ...]:
         if not self._dec_x.size:
-            return 0.0, 0.0
-        return tuple(_lin(self._dec_x, self._dec[k], d) for k in ("host_ns", "gpu_ns"))
+            return (0.0,) * len(_PRICED)
+        return tuple(_lin(self._dec_x, self._dec[k], d) for k in _PRICED)
 
     def price(self, prefill: int, decode: int) -> StepPrice:
         key = (prefill, decode)
@@ -210,15 +267,19 @@ class PriceTable:
             self.interpolated.add(key)
             if self._outside(prefill, decode):
                 self.extrapolated.add(key)
-            h, g = self._decode_only(decode) if not self._pre_absolute else (0.0, 0.0)
+            h, g, b = self._decode_only(decode) if not self._pre_absolute else (0.0,) * len(_PRICED)
             if prefill > 0 and self._pre_x.size:
                 h += _lin(self._pre_x, self._pre["host_ns"], prefill)
                 g += _lin(self._pre_x, self._pre["gpu_ns"], prefill)
+                b += _lin(self._pre_x, self._pre["busy_ns"], prefill)
             nearest = min(self.captured, key=lambda s: (abs(s[0] - prefill), abs(s[1] - decode)))
             near = self.captured[nearest]
             out = StepPrice(host_ns=max(int(round(h)), 0), gpu_ns=max(int(round(g)), 0),
                             mechanism_ns=_scaled(near, max(h, g)), admit_ns=near.admit_ns, token_ns=near.token_ns,
-                            gpu_end_ns=int(round(near.gpu_end_ns + max(g, 0) - near.gpu_ns)))
+                            gpu_end_ns=int(round(near.gpu_end_ns + max(g, 0) - near.gpu_ns)),
+                            gpu_busy_ns=min(max(int(round(b)), 0), max(int(round(g)), 0)), sync_ns=near.sync_ns,
+                            sync_gpu_end_ns=(int(round(near.sync_gpu_end_ns + max(g, 0) - near.gpu_ns))
+                                             if near.sync_gpu_end_ns else 0))
         self._cache[key] = out
         return out
 
@@ -253,11 +314,15 @@ def _mean(ps: list[StepPrice]) -> StepPrice:
         for k, v in p.mechanism_ns.items():
             mech[k] = mech.get(k, 0.0) + v / len(ps)
     toks = [p.token_ns for p in ps if p.token_ns is not None]
+    syncs = [p.sync_ns for p in ps if p.sync_ns is not None]
     return StepPrice(host_ns=int(round(np.mean([p.host_ns for p in ps]))),
                      gpu_ns=int(round(np.mean([p.gpu_ns for p in ps]))), mechanism_ns=mech,
                      admit_ns=int(round(np.mean([p.admit_ns for p in ps]))),
                      token_ns=int(round(np.mean(toks))) if toks else None,
-                     gpu_end_ns=int(round(np.mean([p.gpu_end_ns for p in ps]))))
+                     gpu_end_ns=int(round(np.mean([p.gpu_end_ns for p in ps]))),
+                     gpu_busy_ns=int(round(np.mean([p.busy_ns for p in ps]))),
+                     sync_ns=int(round(np.mean(syncs))) if syncs else None,
+                     sync_gpu_end_ns=int(round(np.mean([p.sync_gpu_end_ns for p in ps]))))
 
 
 def _scaled(p: StepPrice, period: float) -> dict[str, float]:

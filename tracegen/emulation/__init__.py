@@ -16,6 +16,8 @@ concept:
   does not import torch);
 * :mod:`.dispatch` -- the ``TorchDispatchMode`` layer: ATen operators -> kernels priced by
   :mod:`.costmodel`, transfers, reads as D2H copies + syncs;
+* :mod:`.metacache` -- result layouts of operators remembered per argument signature (a repeated
+  call skips PyTorch's Python meta kernel; the recorded trace is the same);
 * :mod:`.shadows` -- real CPU values beside small emulated tensors, kept by running each operator
   on them too;
 * :mod:`.reads` -- the stand-ins of values that depend on large (valueless) tensors;

@@ -21,6 +21,7 @@ from fastrack_core.schema import CopyDir
 from tracegen.emulation import costmodel
 from tracegen.emulation.annotations import record_annotation
 from tracegen.emulation.costmodel import TensorInfo
+from tracegen.emulation.metacache import MetaOutputs
 from tracegen.emulation.reads import STANDIN_NOTE, default_read
 from tracegen.emulation.shadows import Shadows
 from tracegen.emulation.storages import storages_to_emulated_gpu
@@ -28,6 +29,7 @@ from tracegen.emulation.tensors import (
     META,
     is_emulated,
     is_pinned_memory,
+    leaves,
     mark_pinned,
     tensor_info,
 )
@@ -63,6 +65,8 @@ class DispatchMode(TorchDispatchMode):
         self._views: dict[Any, bool] = {}
         self._argnames: dict[Any, list[str]] = {}
         self.shadows = Shadows()
+        self.meta_outputs = MetaOutputs()  # result layouts per operator and argument signature
+        self._priced: dict = {}  # (signature, TF32 switches) -> the kernels launched (_price)
         self._patches: list = []
 
     def __enter__(self):
@@ -95,7 +99,7 @@ class DispatchMode(TorchDispatchMode):
             return self._profiler_op(func, args, kwargs)
         if ns == "c10d":  # collectives: the process group's backend records them (emulation/distributed.py)
             return func(*args, **kwargs)
-        flat, _ = tree_flatten((args, kwargs))
+        flat = leaves((args, kwargs))
         emu = [a for a in flat if is_emulated(a)]
         dev = kwargs.get("device")
         on_gpu = bool(emu) or (dev is not None and torch.device(dev).type == "meta")
@@ -111,14 +115,17 @@ class DispatchMode(TorchDispatchMode):
             return self._to_copy(func, args, kwargs)
         if func is aten.copy_.default:
             return self._copy_(func, args, kwargs)
-        if func.overloadpacket is aten.to and is_emulated(args[0]):
-            # under inference_mode ``aten::to`` arrives whole: a move to the CPU is a D2H copy
+        if func.overloadpacket is aten.to and isinstance(args[0], torch.Tensor):
+            # under inference_mode ``aten::to`` arrives whole: a move to the CPU is a D2H copy and
+            # a move of a CPU tensor to the device an H2D one, as ATen's to -> _to_copy -> copy_
+            # (non_blocking and the source's pinned memory kept: one cudaMemcpyAsync, no sync)
             named = self._named_args(func, args, kwargs)
             dev = named.get("device")
             if dev is None and isinstance(named.get("other"), torch.Tensor):
                 dev = named["other"].device
-            if dev is not None and torch.device(dev).type == "cpu":
-                kw = {"device": torch.device("cpu"), "dtype": named.get("dtype") or args[0].dtype,
+            kind = torch.device(dev).type if dev is not None else None
+            if (kind == "cpu" and is_emulated(args[0])) or (kind == "meta" and not is_emulated(args[0])):
+                kw = {"device": torch.device(kind), "dtype": named.get("dtype") or args[0].dtype,
                       "non_blocking": bool(named.get("non_blocking", False)),
                       "pin_memory": bool(named.get("pin_memory") or False)}
                 return self._to_copy(aten._to_copy.default, (args[0],), kw)
@@ -145,10 +152,11 @@ class DispatchMode(TorchDispatchMode):
         if func in _DATA_DEPENDENT:
             return self._data_dependent(func, args, kwargs)
         try:
-            out = rec.modeled(rec.spec.aten_op_host_ns, func, *args, **kwargs)
+            out, key = self.meta_outputs.call(func, args, kwargs)  # as rec.modeled(aten_op_host_ns, func, ...)
         except (RuntimeError, NotImplementedError) as exc:
             return self._fallback(func, args, kwargs, exc)
-        self._price(func, args, kwargs, out)
+        rec.now += rec.spec.aten_op_host_ns
+        self._price(func, args, kwargs, out, key)
         if func.overloadpacket in (aten.all,) and isinstance(out, torch.Tensor):
             self.all_results[id(out)] = weakref.ref(out)
         self.shadows.mirror(func, args, kwargs, out)
@@ -172,13 +180,27 @@ class DispatchMode(TorchDispatchMode):
         d.update(kwargs)
         return d
 
-    def _price(self, func, args, kwargs, out):
+    def _price(self, func, args, kwargs, out, key=None):
+        """Launch the kernels ``func`` costs. ``key``: the signature of the call
+        (from :meth:`MetaOutputs.call`), which with the TF32 switches determines the kernels, so a
+        call with a signature priced before launches the same kernels again."""
         rec = self.rec
+        tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+        cudnn_tf32 = torch.backends.cudnn.allow_tf32
+        if key is not None:
+            key = (key, tf32, cudnn_tf32)
+            known = self._priced.get(key)
+            if known is not None:
+                if known[1] is not None:
+                    rec.launch_kernels(*known)
+                return
         name = func._schema.name
-        flat_in, _ = tree_flatten((args, kwargs))
+        flat_in = leaves((args, kwargs))
         ins = [tensor_info(a) for a in flat_in if isinstance(a, torch.Tensor)]
-        flat_out, _ = tree_flatten(out)
+        flat_out = leaves(out)
         if flat_out and all(isinstance(o, torch.Tensor) and o.numel() == 0 for o in flat_out):
+            if key is not None:
+                self._priced[key] = (name, None, None)
             return  # an empty result: CUDA kernels return before launching (numel 0)
         outs = [tensor_info(o) for o in flat_out if isinstance(o, torch.Tensor)]
         named = self._named_args(func, args, kwargs)
@@ -187,15 +209,17 @@ class DispatchMode(TorchDispatchMode):
                                            "max_k") if k in named}
         if "max_k" in named:  # varlen attention: its work is in the sequence-length tensors' values
             extra.update(self._varlen_lengths(named))
+            key = None
         if name.startswith("aten::_foreach_") or name.startswith("aten::_fused_"):
             extra["tensor_lists"] = [[tensor_info(t) for t in a] for a in args
                                      if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
         # positional ins for gemm ops: keep optional None slots so bias/a/b positions line up
         pos_ins = [(tensor_info(a) if isinstance(a, torch.Tensor) else None) for a in args if isinstance(a, torch.Tensor) or a is None]
-        tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
         kernels = costmodel.price_op(name, pos_ins if costmodel.op_family(name) == "gemm" else ins, outs, rec.spec,
-                                     args=extra, tf32=tf32, cudnn_tf32=torch.backends.cudnn.allow_tf32)
+                                     args=extra, tf32=tf32, cudnn_tf32=cudnn_tf32)
         label = _label(name, ins)
+        if key is not None:
+            self._priced[key] = (name, kernels, label)
         rec.launch_kernels(name, kernels, label)
 
     def _varlen_lengths(self, named: dict) -> dict:
@@ -481,7 +505,7 @@ class _plain_cpu:
 
 def _aliases_input(out, flat_inputs) -> bool:
     storages = {a.untyped_storage()._cdata for a in flat_inputs if isinstance(a, torch.Tensor)}
-    outs, _ = tree_flatten(out)
+    outs = leaves(out)
     return all(o.untyped_storage()._cdata in storages for o in outs if isinstance(o, torch.Tensor))
 
 

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_map
 
 from tracegen.emulation import cudnn_rnn, printing
 from tracegen.emulation.indexing import host_side_index
-from tracegen.emulation.tensors import META, is_cuda_device, map_device, mark_pinned
+from tracegen.emulation.tensors import META, is_cuda_device, map_device, map_leaves, mark_pinned
 
 if TYPE_CHECKING:
     from tracegen.emulation.timeline import Recorder
@@ -206,7 +205,7 @@ class FunctionMode(TorchFunctionMode):
 
         if func is torch.nn.functional.cross_entropy or func is torch.nn.functional.nll_loss:
             return (cast(args[0]),) + tuple(args[1:]), kwargs
-        return tree_map(cast, args), tree_map(cast, kwargs)
+        return map_leaves(cast, args), map_leaves(cast, kwargs)
 
 
 @contextlib.contextmanager

@@ -26,9 +26,9 @@ from the script's CPU generator.
 from __future__ import annotations
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 from tracegen.emulation.reads import default_read, standin_index
+from tracegen.emulation.tensors import leaves, map_leaves
 
 SHADOW_MAX_ELEMENTS = 65_536
 """Shadow limit of integer and boolean tensors (token ids, masks, positions, indices, counters), in
@@ -70,8 +70,14 @@ _HEALTHY_FLAGS = {aten._amp_foreach_non_finite_check_and_unscale_.default}
 
 def shadow_limit_bytes(dtype: torch.dtype) -> int:
     """The largest storage, in bytes, a tensor of ``dtype`` gets a shadow for."""
-    elements = SHADOW_MAX_FLOAT_ELEMENTS if (dtype.is_floating_point or dtype.is_complex) else SHADOW_MAX_ELEMENTS
-    return min(elements * dtype.itemsize, SHADOW_MAX_BYTES)
+    limit = _LIMITS.get(dtype)
+    if limit is None:
+        elements = SHADOW_MAX_FLOAT_ELEMENTS if (dtype.is_floating_point or dtype.is_complex) else SHADOW_MAX_ELEMENTS
+        limit = _LIMITS[dtype] = min(elements * dtype.itemsize, SHADOW_MAX_BYTES)
+    return limit
+
+
+_LIMITS: dict[torch.dtype, int] = {}
 
 
 def _is_meta(t) -> bool:
@@ -179,12 +185,12 @@ class Shadows:
         up to date: computed from the input shadows, or stand-ins (module docstring)."""
         if torch.Tag.inplace_view in func.tags:
             return  # metadata-only in-place ops (unsqueeze_, transpose_, ...): values unchanged
-        out_flat, _ = tree_flatten(out)
+        out_flat = leaves(out)
         writes = self._written_args(func, args, kwargs)
         if not any(_is_meta(o) and o.untyped_storage().nbytes() <= shadow_limit_bytes(o.dtype) for o in out_flat) and \
                 not any(self.storage(w) is not None for w in writes):
             return  # nothing small written: the common case for large models
-        in_flat = [a for a in tree_flatten((args, kwargs))[0] if _is_meta(a)]
+        in_flat = [a for a in leaves((args, kwargs)) if _is_meta(a)]
         in_keys = {_storage_key(a) for a in in_flat}
         fresh = [(i, o) for i, o in enumerate(out_flat)
                  if _is_meta(o) and _storage_key(o) not in in_keys and self.storage(o, create=True) is not None]
@@ -230,7 +236,7 @@ class Shadows:
                 return _CPU
             return a
 
-        sargs, skw = tree_map(to_cpu, args), tree_map(to_cpu, kwargs)
+        sargs, skw = map_leaves(to_cpu, args), map_leaves(to_cpu, kwargs)
         seeded = torch.Tag.nondeterministic_seeded in func.tags
         if seeded and any(a.name == "generator" for a in func._schema.arguments):
             skw = dict(skw, generator=self.gen)
@@ -245,7 +251,7 @@ class Shadows:
                     torch.default_generator.set_state(state)
             else:
                 res = func(*sargs, **skw)
-            res_flat, _ = tree_flatten(res)
+            res_flat = leaves(res)
             staged = []
             for i, o in fresh:
                 r = res_flat[i] if i < len(res_flat) else None
@@ -301,15 +307,18 @@ def _index_values(func, kind, args, named, out: torch.Tensor) -> torch.Tensor:
 
 class _plain:
     """CPU work on shadows: no autograd graph, outside inference mode (shadow views are made fresh
-    each time, so they never become inference tensors mutated later)."""
+    each time, so they never become inference tensors mutated later). What ``torch.no_grad()``
+    and ``torch.inference_mode(False)`` do, in that order, without their Python wrappers."""
+
+    __slots__ = ("_grad", "_inference")
 
     def __enter__(self):
-        self._g = torch.no_grad()
-        self._i = torch.inference_mode(False)
-        self._g.__enter__()
-        self._i.__enter__()
+        self._grad = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        self._inference = torch._C._InferenceMode(False)
+        self._inference.__enter__()
 
     def __exit__(self, *exc):
-        self._i.__exit__(*exc)
-        self._g.__exit__(*exc)
+        self._inference.__exit__(*exc)
+        torch._C._set_grad_enabled(self._grad)
         return False

@@ -24,6 +24,10 @@ are dependencies (docs/emulation.md, "Threads").
   ``queue.Queue`` pairs puts and gets first in first out, ``LifoQueue`` last in first out,
   ``PriorityQueue`` by the item's order (equal items: first put first); a queue that already held
   items when first seen is not paired (no edges).
+* **Steps.** A started thread's ops belong to the ``ProfilerStep`` its parent was in at
+  ``start()``, then to the step of the last handoff it received (the sender's step when it
+  sent), not to whatever step the main thread has reached in real time: work handed over in step
+  N is step N's, and the step column does not depend on thread timing.
 * **Never hang.** A wait without a timeout on one of these (``Queue.get``/``put``, ``Event.wait``,
   ``Future.result``, ``Thread.join``) polls: if a started thread raised, the capture ends with
   one line naming the exception (exit 2); if it has waited :func:`wait_limit_s` real seconds
@@ -113,14 +117,14 @@ class Threads:
         return bool(self.started) and not self.closed and self.rec.known_thread()
 
     def send(self, name: str):
-        """The sending side: a zero-duration marker now; (op index, time, thread) or None."""
+        """The sending side: a zero-duration marker now; (op index, time, thread, step) or None."""
         if not self.active():
             return None
         rec = self.rec
         rec.enter()
         try:
             idx = rec.host(OpKind.CPU, name, 0)
-            return idx, rec.now, rec.thread
+            return idx, rec.now, rec.thread, rec.current_step()
         finally:
             rec.leave()
 
@@ -129,10 +133,13 @@ class Threads:
         if stamp is None or not self.active():
             return
         rec = self.rec
-        idx, t, tid = stamp
+        idx, t, tid, step = stamp
         rec.enter()
         try:
             if tid != rec.thread:
+                state = rec.state()
+                if state is not rec.main:  # a started thread works for the step that handed over
+                    state.step = step
                 rec.handoff_wait(name, idx, t)
         finally:
             rec.leave()
@@ -161,6 +168,7 @@ class Threads:
         rec.threaded = True
         parent = rec.state()
         state = HostState(self.next_tid, parent.now)
+        state.step = rec.current_step()
         self.next_tid += 1
         state.current_stream = rec.default_stream
         if parent.last_host is not None:
@@ -224,7 +232,7 @@ class Threads:
     def joined(self, thread: threading.Thread) -> None:
         state = getattr(thread, "_tracegen_state", None)
         if state is not None and state.last_host is not None and not thread.is_alive():
-            self.receive("Thread.join", (state.last_host, state.now, state.thread))
+            self.receive("Thread.join", (state.last_host, state.now, state.thread, state.step))
 
     def finish(self) -> None:
         """The script ended: join its non-daemon threads (as the interpreter would), then fail on

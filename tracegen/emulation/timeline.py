@@ -74,10 +74,12 @@ _ACTIVE: list["Recorder"] = []
 class HostState:
     """One host thread of the capture: its trace thread id, virtual clock (``now``), the end and
     index of its last host op, the script time not yet written, its :class:`HostClock` and its
-    current stream (PyTorch's current stream is per thread too)."""
+    current stream (PyTorch's current stream is per thread too), and for a started thread the
+    ``ProfilerStep`` its ops belong to (``step``: the one its last handoff came from; None: the
+    recorder's current step, as for the main thread)."""
 
     __slots__ = ("thread", "now", "host_end", "last_host", "script_pending", "clock", "current_stream",
-                 "first_deps")
+                 "first_deps", "step")
 
     def __init__(self, thread: int, now: int = 0):
         self.thread = thread
@@ -88,6 +90,7 @@ class HostState:
         self.clock: HostClock | None = None
         self.current_stream = None
         self.first_deps: list = []  # [(index, DepKind)] the thread's first host op gets (its spawn)
+        self.step: int | None = None  # a started thread's step (tracegen.emulation.threads); None: explicit_step
 
 
 def _state_attr(name: str) -> property:
@@ -166,9 +169,17 @@ class Recorder:
         main thread's (a thread the emulator does not know writes on the main thread, as before)."""
         return getattr(self._local, "state", None) or self.main
 
+    def current_step(self) -> int:
+        """The ``ProfilerStep`` of the calling thread's ops: a started thread's own (the step its
+        last handoff came from), else the one the script is in now."""
+        if not self.threaded:  # no thread started: every op is the main thread's
+            return self.explicit_step
+        step = self.state().step
+        return self.explicit_step if step is None else step
+
     def known_thread(self) -> bool:
         """The calling thread is the main thread or one the capture started (and set up)."""
-        return getattr(self._local, "state", None) is not None or threading.get_ident() == self.main_ident
+        return threading.get_ident() == self.main_ident or getattr(self._local, "state", None) is not None
 
     now = _state_attr("now")
     host_end = _state_attr("host_end")
@@ -215,7 +226,7 @@ class Recorder:
     # -- op emission ----------------------------------------------------------------------
     def _add(self, op: _Op) -> int:
         op.opt_step = self.opt_steps
-        op.explicit_step = self.explicit_step
+        op.explicit_step = self.current_step()
         self.ops.append(op)
         return len(self.ops) - 1
 

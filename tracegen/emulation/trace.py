@@ -6,44 +6,53 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from fastrack_core.schema import OpKind
+from fastrack_core.schema import CopyDir, HostMem, OpKind
 from fastrack_core.traceio import make_table
+
+
+_ON_GPU = {k: k.on_gpu for k in OpKind}
+_KIND_LABEL = {k: k.label for k in OpKind}
+_COPY_LABEL = {d: d.label for d in CopyDir}
+_MEM_LABEL = {m: m.label for m in HostMem}
 
 
 def recorder_table(rec) -> pa.Table:
     """The schema-v1 table of an emulated capture (rows sorted by start, host before GPU)."""
     ops = rec.ops
     use_explicit = rec.saw_explicit_step
+    gpu = [_ON_GPU[op.kind] for op in ops]
     # ties: host before GPU, then by host thread (threads reach the emulator in an order that varies
     # from run to run; within a thread, and for GPU ops, the order of recording)
-    order = sorted(range(len(ops)), key=lambda i: (ops[i].start, ops[i].kind.on_gpu,
-                                                   0 if ops[i].kind.on_gpu else ops[i].thread, i))
-    new = {old: new for new, old in enumerate(order)}
-    cols: dict[str, list] = {k: [] for k in ("op_id", "device", "thread", "stream", "kind", "name", "start_ns",
-                                              "dur_ns", "bytes", "copy_dir", "host_mem", "correlation", "step",
-                                              "deps", "dep_kinds")}
+    keys = [(op.start, g, 0 if g else op.thread, i) for i, (op, g) in enumerate(zip(ops, gpu))]
+    keys.sort()
+    order = [k[3] for k in keys]
+    new = [0] * len(ops)
+    for j, i in enumerate(order):
+        new[i] = j
+    rows = [ops[i] for i in order]
+    on_gpu = [gpu[i] for i in order]
     last_step = rec.opt_steps
-    for i in order:
-        op = ops[i]
-        if use_explicit:
-            step = op.explicit_step
-        else:
-            step = op.opt_step if op.opt_step < last_step else -1
-        cols["op_id"].append(new[i])
-        cols["device"].append(-1 if op.kind == OpKind.CPU else 0)
-        cols["thread"].append(op.thread if not op.kind.on_gpu else -1)
-        cols["stream"].append(op.stream if op.kind.on_gpu else -1)
-        cols["kind"].append(op.kind.label)
-        cols["name"].append(op.name)
-        cols["start_ns"].append(op.start)
-        cols["dur_ns"].append(op.dur)
-        cols["bytes"].append(op.bytes)
-        cols["copy_dir"].append(op.copy_dir.label)
-        cols["host_mem"].append(op.host_mem.label)
-        cols["correlation"].append(op.correlation)
-        cols["step"].append(step)
-        cols["deps"].append([new[d] for d, _ in op.deps])
-        cols["dep_kinds"].append([int(k) for _, k in op.deps])
+    if use_explicit:
+        steps = [op.explicit_step for op in rows]
+    else:
+        steps = [op.opt_step if op.opt_step < last_step else -1 for op in rows]
+    cols: dict[str, list] = {
+        "op_id": list(range(len(rows))),
+        "device": [-1 if op.kind == OpKind.CPU else 0 for op in rows],
+        "thread": [-1 if g else op.thread for op, g in zip(rows, on_gpu)],
+        "stream": [op.stream if g else -1 for op, g in zip(rows, on_gpu)],
+        "kind": [_KIND_LABEL[op.kind] for op in rows],
+        "name": [op.name for op in rows],
+        "start_ns": [op.start for op in rows],
+        "dur_ns": [op.dur for op in rows],
+        "bytes": [op.bytes for op in rows],
+        "copy_dir": [_COPY_LABEL[op.copy_dir] for op in rows],
+        "host_mem": [_MEM_LABEL[op.host_mem] for op in rows],
+        "correlation": [op.correlation for op in rows],
+        "step": steps,
+        "deps": [[new[d] for d, _ in op.deps] for op in rows],
+        "dep_kinds": [[int(k) for _, k in op.deps] for op in rows],
+    }
     if len({t for t in cols["thread"] if t >= 0}) > 1:
         # several host threads: correlation ids were handed out in the order the threads reached
         # the emulator, which varies from run to run; number them by first appearance in row order

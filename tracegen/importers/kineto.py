@@ -64,7 +64,7 @@ import numpy as np
 
 from fastrack_core.errors import TraceFormatError
 from fastrack_core.markers import REQUEST_PREFIX, parse_request_marker
-from fastrack_core.schema import MAX_EVENT_BYTES, MAX_NAME_CHARS, MAX_SPAN_NS, CopyDir, HostMem, OpKind
+from fastrack_core.schema import MAX_EVENT_BYTES, MAX_NAME_CHARS, MAX_RANK, MAX_SPAN_NS, CopyDir, HostMem, OpKind
 from tracegen.deps import derive_dependencies, no_gc
 from tracegen.deps.raw import RawColumns, as_frame
 from tracegen.importers import kinetoscan
@@ -610,9 +610,16 @@ def _read_file(path: str) -> _FileData:
     dist = head.get("distributedInfo") if isinstance(head.get("distributedInfo"), dict) else {}
     r = dist.get("rank")
     if isinstance(r, (int, float)) and not isinstance(r, bool) and r >= 0:
+        if not r <= MAX_RANK:  # (a rank beyond any trace's, infinity too: refused before it is stored)
+            raise TraceFormatError(f"'distributedInfo.rank' is beyond the largest rank MAX_RANK ({MAX_RANK:,})",
+                                   path=path)
         fd.rank = int(r)
     else:
-        fd.rank = _rank_from_name(path) or 0
+        named = _rank_from_name(path)
+        if named is not None and named > MAX_RANK:
+            raise TraceFormatError(f"the rank in the file name is beyond the largest rank MAX_RANK ({MAX_RANK:,})",
+                                   path=path)
+        fd.rank = named or 0
     ws = dist.get("world_size")
     fd.world_size = int(ws) if isinstance(ws, (int, float)) and not isinstance(ws, bool) and ws > 0 else None
     return fd

@@ -218,8 +218,59 @@ struct Topology {
     std::vector<I> optr, odst, lane_next, pending;
 };
 
+// The nodes in (order key, index) order: ``perm[p]`` is the node of rank p, ``pos`` its inverse.
+// That order is the issue heap's (keys tie by index), so a node's rank is a key for the heap on
+// its own. A stable LSD radix sort on the keys (as unsigned offsets from the smallest), one pass
+// per byte that varies: linear, and a few passes for real traces (keys are nanoseconds).
+template <typename I>
+void keyRanks(Span<const std::int64_t> order, std::vector<I> &perm, std::vector<I> &pos) {
+    const std::size_t n = order.size;
+    perm.resize(n);
+    pos.resize(n);
+    if (n == 0) return;
+    std::int64_t lo = order[0];
+    for (std::size_t i = 1; i < n; ++i) lo = std::min(lo, order[i]);
+    std::vector<std::uint64_t> key(n), key2(n);
+    std::uint64_t any = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        key[i] = static_cast<std::uint64_t>(order[i]) - static_cast<std::uint64_t>(lo);
+        any |= key[i];
+        perm[i] = static_cast<I>(i);
+    }
+    std::vector<I> perm2(n);
+    for (int shift = 0; shift < 64 && (any >> shift) != 0; shift += 8) {
+        if (((any >> shift) & 0xFF) == 0) continue;  // every key has this byte zero
+        std::size_t count[257] = {0};
+        for (std::size_t k = 0; k < n; ++k) ++count[((key[k] >> shift) & 0xFF) + 1];
+        for (int d = 0; d < 256; ++d) count[d + 1] += count[d];
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::size_t at = count[(key[k] >> shift) & 0xFF]++;
+            key2[at] = key[k];
+            perm2[at] = perm[k];
+        }
+        key.swap(key2);
+        perm.swap(perm2);
+    }
+    for (std::size_t p = 0; p < n; ++p) pos[static_cast<std::size_t>(perm[p])] = static_cast<I>(p);
+}
+
+// Whether issueOrder renumbers the nodes for its loop (below): when the graph has many lanes,
+// i.e. many ranks, whose nodes the order-key order interleaves. On a few ranks consecutive pops
+// are already neighbours in index order and renumbering would cost more than it saves. The
+// result is the same either way.
+constexpr std::size_t kRenumberMinLanes = 4096;
+
 // Kahn's algorithm over super-nodes; writes the issue order to ``issue`` (n entries). With
 // ``topo`` it also fills the successors and the in-order lanes' issue chains for the pass.
+//
+// Memory layout: the heap pops nodes in order-key order. On a trace of many ranks (nodes
+// numbered rank by rank, each rank bringing its own lanes) that order jumps across the whole node
+// range at every pop, and each access by node index in the loop is a cache miss on its critical
+// path. With kRenumberMinLanes lanes or more the loop therefore runs on the nodes renumbered by
+// their rank in the heap's own order (keyRanks: the pops, and so the issue order, are the same),
+// where consecutive pops are mostly neighbours; the renumbered arrays are gathered from the ones
+// by node index in passes whose loads do not wait on each other. The in-order lanes' chains, a
+// function of the issue sequence alone, are built afterwards in one pass over it.
 template <typename I>
 Outcome issueOrder(const GraphView &g, const Groups<I> &gr, Span<std::int64_t> issue, Topology<I> *topo) {
     const std::size_t n = g.n(), E = g.numEdges();
@@ -236,7 +287,8 @@ Outcome issueOrder(const GraphView &g, const Groups<I> &gr, Span<std::int64_t> i
             ++indeg[ri];
         }
     }
-    // successors by source (order irrelevant: the heap order is total)
+    // successors by source, each source's in the order of their dependents: the heap order is
+    // total, but the pass queues a node's successors in this order
     std::vector<I> optr(n + 1, 0), odst(E);
     for (std::size_t k = 0; k < E; ++k) ++optr[g.dep_src[k] + 1];
     for (std::size_t i = 0; i < n; ++i) optr[i + 1] = static_cast<I>(optr[i + 1] + optr[i]);
@@ -247,36 +299,63 @@ Outcome issueOrder(const GraphView &g, const Groups<I> &gr, Span<std::int64_t> i
             for (std::int64_t e = g.dep_ptr[i]; e < g.dep_ptr[i + 1]; ++e) odst[fill[g.dep_src[e]]++] = ri;
         }
     }
-    std::vector<I> lane_next, pending, last;
-    if (topo) {
-        lane_next.assign(n, -1);
-        pending.assign(n, 0);
-        last.assign(g.numLanes(), -1);
-    }
-    KeyHeap<I> heap;
-    for (std::size_t i = 0; i < n; ++i)
-        if (gr.rep(static_cast<std::int64_t>(i)) == static_cast<std::int64_t>(i) && indeg[i] == 0)
-            heap.push(g.order[i], static_cast<std::int64_t>(i));
     std::size_t placed = 0;
-    while (!heap.empty()) {
-        const std::int64_t r = heap.pop();
-        for (std::int64_t m = gr.begin(r); m < gr.end(r); ++m) {
-            const std::int64_t node = gr.member(m);
-            issue[placed++] = node;
-            if (topo) {  // the in-order lanes serve in this order
-                const std::int32_t ln = g.lane[node];
-                if (ln >= 0 && !g.lane_shared[ln]) {
-                    const std::int64_t p = last[ln];
-                    if (p >= 0 && gr.rep(p) != gr.rep(node)) {
-                        lane_next[p] = static_cast<I>(node);
-                        ++pending[gr.rep(node)];
+    if (g.numLanes() >= kRenumberMinLanes) {
+        std::vector<I> perm, pos;
+        keyRanks<I>(g.order, perm, pos);
+        // by rank p: the in-degree, and the successors as ranks (CSR)
+        std::vector<I> rdeg(n), rptr(n + 1), rdst(E);
+        rptr[0] = 0;
+        for (std::size_t p = 0; p < n; ++p) {
+            const std::size_t i = static_cast<std::size_t>(perm[p]);
+            rdeg[p] = indeg[i];
+            rptr[p + 1] = static_cast<I>(rptr[p] + (optr[i + 1] - optr[i]));
+        }
+        std::vector<I>().swap(indeg);
+        for (std::size_t p = 0; p < n; ++p) {
+            const std::size_t i = static_cast<std::size_t>(perm[p]);
+            I at = rptr[p];
+            for (I e = optr[i]; e < optr[i + 1]; ++e) rdst[static_cast<std::size_t>(at++)] = pos[odst[e]];
+        }
+        std::vector<I> heap;  // a binary min-heap of ranks (distinct: any min-heap pops them alike)
+        const auto after = [](I a, I b) { return a > b; };
+        for (std::size_t p = 0; p < n; ++p) {
+            const std::int64_t i = perm[p];
+            if (gr.rep(i) == i && rdeg[p] == 0) heap.push_back(static_cast<I>(p));
+        }
+        std::make_heap(heap.begin(), heap.end(), after);
+        while (!heap.empty()) {
+            std::pop_heap(heap.begin(), heap.end(), after);
+            const I p = heap.back();
+            heap.pop_back();
+            const std::int64_t r = perm[static_cast<std::size_t>(p)];
+            for (std::int64_t m = gr.begin(r); m < gr.end(r); ++m) {
+                const std::int64_t node = gr.member(m);
+                issue[placed++] = node;
+                const std::size_t q = node == r ? static_cast<std::size_t>(p) : static_cast<std::size_t>(pos[node]);
+                for (I e = rptr[q]; e < rptr[q + 1]; ++e) {
+                    const I t = rdst[static_cast<std::size_t>(e)];
+                    if (--rdeg[static_cast<std::size_t>(t)] == 0) {
+                        heap.push_back(t);
+                        std::push_heap(heap.begin(), heap.end(), after);
                     }
-                    last[ln] = static_cast<I>(node);
                 }
             }
-            for (std::int64_t e = optr[node]; e < optr[node + 1]; ++e) {
-                const I t = odst[e];
-                if (--indeg[t] == 0) heap.push(g.order[t], t);
+        }
+    } else {
+        KeyHeap<I> heap;
+        for (std::size_t i = 0; i < n; ++i)
+            if (gr.rep(static_cast<std::int64_t>(i)) == static_cast<std::int64_t>(i) && indeg[i] == 0)
+                heap.push(g.order[i], static_cast<std::int64_t>(i));
+        while (!heap.empty()) {
+            const std::int64_t r = heap.pop();
+            for (std::int64_t m = gr.begin(r); m < gr.end(r); ++m) {
+                const std::int64_t node = gr.member(m);
+                issue[placed++] = node;
+                for (std::int64_t e = optr[node]; e < optr[node + 1]; ++e) {
+                    const I t = odst[e];
+                    if (--indeg[t] == 0) heap.push(g.order[t], t);
+                }
             }
         }
     }
@@ -285,7 +364,20 @@ Outcome issueOrder(const GraphView &g, const Groups<I> &gr, Span<std::int64_t> i
         out.status = Status::Cycle;
         return out;
     }
-    if (topo) {
+    if (topo) {  // the in-order lanes serve in the issue order
+        std::vector<I> lane_next(n, -1), pending(n, 0), last(g.numLanes(), -1);
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::int64_t node = issue[k];
+            const std::int32_t ln = g.lane[node];
+            if (ln >= 0 && !g.lane_shared[ln]) {
+                const std::int64_t prev = last[ln];
+                if (prev >= 0 && gr.rep(prev) != gr.rep(node)) {
+                    lane_next[prev] = static_cast<I>(node);
+                    ++pending[gr.rep(node)];
+                }
+                last[ln] = static_cast<I>(node);
+            }
+        }
         topo->optr = std::move(optr);
         topo->odst = std::move(odst);
         topo->lane_next = std::move(lane_next);

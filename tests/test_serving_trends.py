@@ -1,0 +1,72 @@
+"""The serving trends of docs/serving.md (benchmarks/validation/validate_serving.py): the generated
+block is what the script prints at this commit, and its options refuse bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "serving.md"
+
+
+def _module():
+    path = ROOT / "benchmarks" / "validation" / "validate_serving.py"
+    spec = importlib.util.spec_from_file_location("validate_serving", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _doc_sections(mod) -> dict[int, str]:
+    """The generated block of docs/serving.md (between the markers), by section."""
+    from fastrack_core.docsection import read_section
+
+    block = read_section(DOC, mod.BEGIN, mod.END)
+    assert block.startswith(mod.BEGIN + "\n") and block.endswith(mod.END)
+    return mod.split_sections(block[len(mod.BEGIN) + 1:-len(mod.END)])
+
+
+def test_sections_option_refuses_bad_lists_and_a_partial_write(tmp_path, capsys):
+    mod = _module()
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"a\n{mod.BEGIN}\nold\n{mod.END}\nb\n")
+    for bad in ("5", "x", "", "1,0"):
+        assert mod.main(["--sections", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--sections" in err[0]
+    assert mod.main(["--sections", "2", "--write", str(doc)]) == 2  # the block holds every section
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "doc.md" in err[0] and "nothing written" in err[0]
+    assert doc.read_text() == f"a\n{mod.BEGIN}\nold\n{mod.END}\nb\n"
+
+
+def test_split_sections_keeps_every_line():
+    mod = _module()
+    text = "head\n\n### 1. one\n\nx\n### 2. two\ny\n### 10. ten\nz\n"
+    parts = mod.split_sections(text)
+    assert sorted(parts) == [0, 1, 2, 10]
+    assert parts[0] == "head\n\n" and parts[2] == "### 2. two\ny\n" and parts[10] == "### 10. ten\nz\n"
+    assert "".join(parts[k] for k in sorted(parts)) == text
+
+
+def test_doc_block_has_every_section_once():
+    mod = _module()
+    parts = _doc_sections(mod)
+    assert sorted(parts) == [0, *mod.SECTIONS]
+    assert "--quick" not in parts[0]
+
+
+@pytest.mark.slow
+def test_docs_serving_trends_are_current(tmp_path):
+    """Sections 2 (vLLM's decode mechanisms) and 3 (offloading) regenerated from captures made
+    here: each equals its text in docs/serving.md. Sections 1 and 4 (every concurrency up to 256,
+    twice the captures) are left to a full run of the script; the heading line is checked too."""
+    mod = _module()
+    doc = _doc_sections(mod)
+    got = mod.split_sections(mod.section(tmp_path, quick=False, jobs=2, sections=(2, 3)))
+    assert sorted(got) == [0, 2, 3]
+    for k, text in got.items():
+        assert doc[k].rstrip("\n") == text.rstrip("\n"), f"section {k} of docs/serving.md is stale"
