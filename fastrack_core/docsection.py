@@ -9,6 +9,7 @@ end marker is refused and left as it is.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from fastrack_core.atomic import write_text_atomic
@@ -57,3 +58,16 @@ def replace_section(path: str | os.PathLike, begin: str, end: str, block: str) -
 def between(begin: str, body: str, end: str) -> str:
     """The block of a section whose generated ``body`` sits on the lines between the markers."""
     return f"{begin}\n{body}{end}"
+
+
+def emit_section(write: str | os.PathLike | None, begin: str, end: str, make) -> None:
+    """A doc generator's output: ``make()`` (the generated body) printed on stdout, or, with
+    ``write``, put between the markers of that file. The file and its markers are checked before
+    ``make`` runs, so a bad ``--write`` is refused before any work and nothing is written."""
+    if write is not None:
+        check_section(write, begin, end)
+    text = make()
+    if write is None:
+        sys.stdout.write(text)
+    else:
+        replace_section(write, begin, end, between(begin, text, end))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fastrack_core.docsection import between, check_section, read_section, replace_section
+from fastrack_core.docsection import between, check_section, emit_section, read_section, replace_section
 from fastrack_core.errors import FastrackError
 
 B, E = "<!-- x:begin -->", "<!-- x:end -->"
@@ -36,3 +36,23 @@ def test_missing_file_and_bad_block(tmp_path):
     with pytest.raises(ValueError):
         replace_section(p, B, E, "no markers")
     assert p.read_text() == f"{B}\n{E}\n"
+
+
+def test_emit_section_prints_or_writes_and_checks_before_the_work(tmp_path, capsys):
+    made = []
+
+    def make():
+        made.append(1)
+        return "body\n"
+
+    emit_section(None, B, E, make)
+    assert capsys.readouterr().out == "body\n"
+    p = tmp_path / "doc.md"
+    p.write_text(f"a\n{B}\nold\n{E}\nb\n")
+    emit_section(p, B, E, make)
+    assert p.read_text() == f"a\n{B}\nbody\n{E}\nb\n"
+    q = tmp_path / "plain.md"
+    q.write_text("no markers\n")
+    with pytest.raises(FastrackError, match="plain.md"):
+        emit_section(q, B, E, make)
+    assert len(made) == 2 and q.read_text() == "no markers\n"  # refused before make() ran

@@ -30,7 +30,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from fastrack_core.docsection import between, check_section, replace_section
+from fastrack_core.docsection import between, emit_section, replace_section
 from fastrack_core.errors import FastrackError
 from fastrack_core.traceio import Trace
 from replay.frontend.calibrate import MICROBENCH_SETS, SMALL_MAX_BYTES, load_measurements
@@ -392,13 +392,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--write", type=Path, default=None, help="replace the block between the markers of this file")
     args = ap.parse_args(argv)
     try:
-        if args.write is not None:
-            check_section(args.write, BEGIN, END)  # refuse before the replays
-        text = section()
-        if args.write is None:
-            sys.stdout.write(text)
-        else:
-            write_section(args.write, text)
+        emit_section(args.write, BEGIN, END, section)  # --write checked before the replays
     except FastrackError as exc:
         print(f"validate_cc: {exc}", file=sys.stderr)
         return 2

@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fastrack_core.docsection import between, check_section, replace_section
+from fastrack_core.docsection import between, emit_section, replace_section
 from fastrack_core.errors import FastrackError
 from fastrack_core.traceio import Trace, read_trace
 from replay.pipeline.build import build_graph
@@ -215,13 +215,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--write", type=Path, default=None, help="replace the section between the markers of this file")
     args = ap.parse_args(argv)
     try:
-        if args.write is not None:
-            check_section(args.write, BEGIN, END)  # refuse before the replays
-        text = section(args.preset)
-        if args.write is None:
-            sys.stdout.write(text)
-        else:
-            write_section(args.write, text)
+        emit_section(args.write, BEGIN, END, lambda: section(args.preset))  # --write checked before the replays
     except FastrackError as exc:
         print(f"validate_model: {exc}", file=sys.stderr)
         return 2

@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fastrack_core.docsection import between, check_section, replace_section
+from fastrack_core.docsection import emit_section
 from fastrack_core.errors import ConfigError, FastrackError
 
 ROOT = Path(__file__).resolve().parents[2]  # benchmarks/<kind>/ -> the repository root
@@ -496,15 +496,14 @@ def main(argv: list[str]) -> int:
         if args.write is not None:
             if sections != SECTIONS:
                 raise ConfigError(f"--write {args.write}: --sections would leave out part of the block; nothing written")
-            check_section(args.write, BEGIN, END)  # refuse before the captures
         with tempfile.TemporaryDirectory(prefix="validate_serving_") as tmp:
             work = args.work or Path(tmp)
-            work.mkdir(parents=True, exist_ok=True)
-            text = section(work.resolve(), args.quick, args.jobs, sections)
-        if args.write is None:
-            sys.stdout.write(text)
-        else:
-            replace_section(args.write, BEGIN, END, between(BEGIN, text, END))
+
+            def make() -> str:
+                work.mkdir(parents=True, exist_ok=True)
+                return section(work.resolve(), args.quick, args.jobs, sections)
+
+            emit_section(args.write, BEGIN, END, make)  # --write checked before the captures
     except FastrackError as exc:
         print(f"validate_serving: {exc}", file=sys.stderr)
         return 2
