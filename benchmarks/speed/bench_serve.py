@@ -10,8 +10,7 @@ the step table (every captured step, one replay of its step graph each); (c) sim
 ``--requests`` requests (ShareGPT-like lengths) in a closed loop at ``--concurrency`` over that
 table (``--max-seqs`` = the concurrency). The target (docs/performance.md): (c) under 10x
 (a). Prints CPU seconds of each and the ratio (c)/(a); nothing is asserted. The ratio depends on
-the trace: (c) costs per arrival and finish, (a) per node (2026-12-02, this machine: 3.8 on the
-75k-node llama3-8b capture, 11.9 on a 17k-node tiny-model capture whose replay takes 8 ms).
+the trace: (c) costs per arrival, finish and step, (a) per node (figures: docs/serving.md, "How fast").
 """
 
 from __future__ import annotations
