@@ -50,6 +50,17 @@ thread that detokenizes them and writes the token markers while the scheduler ru
 step; ``--tp`` (under ``tracegen capture --nproc N`` or ``torchrun``) shards every layer over the
 ranks as Megatron-LM does, with two all-reduces per layer and one all-gather of the logits.
 
+``--multi-step N`` (vLLM's multi-step scheduling, ``--num-scheduler-steps``, v0.6.0): a decode-only
+step is scheduled and its inputs prepared and copied once, then the GPU runs N decode steps back
+to back; between them the inputs advance on the GPU (each step's samples become the next step's
+token ids, positions, slot mapping and context lengths move one on) and each step's tokens are
+read back after the next step is launched, so the host stays one step ahead. A step with a
+prefill chunk runs alone (vLLM's "force single step" with chunked prefill). The batch of a round
+is fixed when it is scheduled: a request that finishes inside it keeps its row to the end of the
+round (its extra tokens are dropped) and new requests are admitted only at the next round. Every
+GPU step is its own ``ProfilerStep`` with its own engine-step marker; the round's scheduling and
+input preparation are in its first step.
+
 Host-side scheduling never depends on GPU values: output lengths are drawn up front (as a
 benchmark with ``ignore_eos`` does), so token ids read back under emulation are stand-ins.
 Request markers (``request:arrive|first_token|token|finish:<id>``, docs/serving.md) are written
@@ -61,6 +72,7 @@ token in hand; every step is ``ProfilerStep#N`` and carries an engine-step marke
     tracegen capture examples/serving.py -- --model tiny --requests 8 --concurrency 4
     tracegen capture examples/serving.py -- --model llama3-8b --cuda-graphs --overlap --copy-thread
     tracegen capture --nproc 2 examples/serving.py -- --model llama3-70b --layers 8 --tp --overlap
+    tracegen capture examples/serving.py -- --model llama3-8b --cuda-graphs --multi-step 8
 """
 
 from __future__ import annotations
@@ -415,7 +427,7 @@ class Server:
                        for _ in range(cfg.layers)]
         self.compute = torch.cuda.current_stream()
         self.copy_stream = torch.cuda.Stream() if args.async_h2d else None
-        self.readback_stream = torch.cuda.Stream() if args.overlap else None
+        self.readback_stream = torch.cuda.Stream() if args.overlap or args.multi_step > 1 else None
         self.pin = not args.pageable_inputs
         cap = args.max_batched_tokens + self.slots
         self.host_buf = {name: self._host(cap) for name in ("input_ids", "positions", "slot_mapping")}
@@ -428,6 +440,10 @@ class Server:
         self.prev_tokens = None  # --overlap: the previous step's samples, on the GPU
         self.prev_rows: list[Request] = []
         self.pending = None  # --overlap: (pinned tokens, event, rows) of the step not yet read back
+        # --multi-step: (samples on the GPU, event, rows) of the round's steps not yet read back, and the
+        # persistent pinned buffer they are read into (vLLM's pinned_sampled_token_ids)
+        self.staged: deque = deque()
+        self.sampled_host = torch.zeros(rows, dtype=torch.int64).pin_memory() if args.multi_step > 1 else None
         # --copy-thread: the input copies on one thread, the --overlap readback on another
         self.h2d_worker = CopyWorker("input-copy") if args.copy_thread else None
         self.d2h_worker = CopyWorker("readback-copy") if args.copy_thread and args.overlap else None
@@ -594,8 +610,9 @@ class Server:
         if batch.graph_size:
             graph, _, out = self.graphs[batch.graph_size]
             graph.replay()  # the forward and the sampler of the bucket, one cudaGraphLaunch
-            # --overlap reads the tokens back on a side stream while the next replay rewrites `out`
-            return out[:batch.num_decode].clone() if self.args.overlap else out[:batch.num_decode]
+            # --overlap and --multi-step read the tokens back on a side stream while the next replay rewrites `out`
+            keep = self.args.overlap or self.args.multi_step > 1
+            return out[:batch.num_decode].clone() if keep else out[:batch.num_decode]
         logits = self.model(batch, self.caches)
         return sample(logits, self.args.temperature)
 
@@ -624,6 +641,46 @@ class Server:
             with torch.cuda.graph(graph):
                 out = sample(self.model(static, self.caches), self.args.temperature)
             self.graphs[size] = (graph, static, out)
+
+    def advance(self, batch: Batch, tokens) -> Batch:
+        """--multi-step: the inputs of the round's next decode step, made on the GPU from this step's
+        (vLLM's ``advance_step``): the samples become the token ids, and every row's position, cache
+        slot and context length move one on (four in-place ops on the compute stream; vLLM fuses them
+        into one kernel). No host buffer is filled and nothing is copied H2D. Padding rows of a
+        graph's bucket are left as they are (the scratch slot, one position)."""
+        n = batch.num_decode
+        batch.input_ids[:n].copy_(tokens[:n])
+        batch.positions[:n].add_(1)
+        batch.slot_mapping[:n].add_(1)
+        batch.seq_used[:n].add_(1)
+        seqs = [(row, q, slot, used + 1) if i < n else (row, q, slot, used)
+                for i, (row, q, slot, used) in enumerate(batch.seqs)]
+        return dataclasses.replace(batch, seqs=seqs, max_k=batch.max_k if batch.graph_size else batch.max_k + 1)
+
+    def stage(self, tokens, rows) -> None:
+        """--multi-step: an event after this step's sampler on the compute stream; its tokens are read
+        back later (:meth:`flush`)."""
+        ev = torch.cuda.Event()
+        ev.record(self.compute)
+        self.staged.append((tokens, ev, rows))
+
+    def flush(self, keep: int, finished_cb) -> None:
+        """--multi-step: read back every staged step but the last ``keep`` (vLLM pythonizes a step's
+        output while the next one runs, and the round's last one at its end): on the readback stream,
+        after the step's event, a D2H copy of its samples into the pinned buffer, waited for, then
+        output processing of the tokens of requests that still want them (a row whose request already
+        has every token runs on to the end of the round; its token is dropped)."""
+        while len(self.staged) > keep:
+            tokens, ev, rows = self.staged.popleft()
+            host = self.sampled_host[:tokens.shape[0]]
+            with torch.cuda.stream(self.readback_stream):
+                self.readback_stream.wait_event(ev)
+                host.copy_(tokens, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record(self.readback_stream)
+            done.synchronize()
+            wanted = [(r, tok) for r, tok in zip(rows, host.tolist()) if r.delivered < r.output_len]
+            self.deliver([tok for _, tok in wanted], [r for r, _ in wanted], finished_cb)
 
     def read_back(self, tokens, rows, finished_cb):
         """The per-step D2H readback of the sampled tokens, then the markers of their requests."""
@@ -737,6 +794,15 @@ def check_args(args) -> str | None:
     if args.tp and args.cuda_graphs:
         return ("--tp with --cuda-graphs: an emulated capture does not record collectives replayed from a CUDA "
                 "graph; run --tp with eager decode")
+    if args.multi_step < 1:
+        return f"--multi-step must be at least 1, got {args.multi_step}"
+    if args.multi_step > 1 and args.overlap:
+        return ("--multi-step with --overlap: multi-step scheduling belongs to a synchronous engine loop "
+                "(vLLM's v0 engine); no engine runs it with the overlap scheduler")
+    if args.input_len + args.output_len + args.multi_step - 1 > args.max_len:
+        return (f"--input-len + --output-len + --multi-step - 1 ({args.input_len + args.output_len + args.multi_step - 1})"
+                f" exceeds --max-len ({args.max_len}): a round's rows may run up to --multi-step - 1 steps "
+                "past their last token")
     if args.cuda_graphs and not VARLEN:
         return "--cuda-graphs needs torch.nn.attention.varlen.varlen_attn with seqused_k (a newer PyTorch)"
     return None
@@ -787,6 +853,9 @@ def main(argv=None):
     p.add_argument("--tp", action="store_true",
                    help="Tensor parallelism over the ranks of torch.distributed (run with tracegen capture "
                         "--nproc N or torchrun): each rank holds 1/N of the heads, the FFN and the LM head.")
+    p.add_argument("--multi-step", type=int, default=1, metavar="N",
+                   help="Decode-only steps run N at a time from one scheduling (vLLM's --num-scheduler-steps); "
+                        "1: every step scheduled (default).")
     p.add_argument("--pageable-inputs", action="store_true", help="Host input buffers in pageable memory.")
     p.add_argument("--cuda-graphs", action="store_true", help="Decode-only steps as CUDA-graph replays.")
     p.add_argument("--seed", type=int, default=0)
@@ -833,6 +902,7 @@ def main(argv=None):
                     mark("arrive", r.rid)
                 chunks, decodes = server.schedule(running)
                 step_marker(chunks, decodes)
+                round_steps = args.multi_step if decodes and not chunks else 1  # --multi-step: a decode-only round
                 if chunks or decodes:
                     batch = server.inputs(chunks, decodes)
                     tokens = server.forward(batch)
@@ -842,10 +912,23 @@ def main(argv=None):
                         r.sampled += 1
                     if args.overlap:
                         server.prev_tokens, server.prev_rows = tokens, batch.sampled_rows
-                    server.read_back(tokens, batch.sampled_rows, finished)
+                    if round_steps > 1:
+                        server.stage(tokens, batch.sampled_rows)
+                    else:
+                        server.read_back(tokens, batch.sampled_rows, finished)
                 else:  # everything is sampled; only the last readback is outstanding (--overlap)
                     server.drain(finished)
             step += 1
+            for k in range(1, round_steps):  # --multi-step: the round's later GPU steps, each a step of its own
+                with torch.profiler.record_function(f"ProfilerStep#{step}"):
+                    step_marker([], decodes)
+                    batch = server.advance(batch, tokens)
+                    tokens = server.forward(batch)
+                    for r in batch.sampled_rows:
+                        r.sampled += 1
+                    server.stage(tokens, batch.sampled_rows)
+                    server.flush(0 if k == round_steps - 1 else 1, finished)
+                step += 1
     server.close()
     print(f"served {done} requests in {step} steps ({args.model}, concurrency {args.concurrency})", file=sys.stderr)
 

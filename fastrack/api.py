@@ -393,7 +393,8 @@ def _results(trace, protocols, model, preset, params, scales, data_parallel, buc
         from replay.pipeline.ranges import RangeStudy
 
         study = RangeStudy(graph, model, preset, overrides, scales, reference=ref is not None)
-        spans = {p: study.protocol_range(p, reps[p].result.makespan_ns, ref, reps[p].graph) for p in wanted}
+        spans = {p: study.protocol_range(p, reps[p].result.makespan_ns, ref, reps[p].graph, reps[p].schedule)
+                 for p in wanted}
     out = {}
     for p in wanted:
         rep = reps[p]

@@ -449,7 +449,34 @@ def test_a_study_that_reprices_reports_what_one_that_retransforms_does(tmp_path)
     slow._repriced = frozenset()  # every point re-transformed
     a, b = fast.protocol_range("baseline"), slow.protocol_range("baseline")
     assert a["ranges"].pop("points_repriced") > 20 and b["ranges"].pop("points_repriced") == 0
+    # re-priced points are re-timed (estimates); re-transformed ones are scheduled
+    assert a["ranges"].pop("points_retimed") > 20 and b["ranges"].pop("points_retimed") == 0
+    assert b["ranges"].pop("points_estimated") == 0 and a["ranges"].pop("points_estimated") >= 0
+    for x, y in zip(a["ranges"]["parameters"], b["ranges"]["parameters"]):
+        for k, est in enumerate(x.pop("estimated")):  # (an estimate may differ: the ends below may not)
+            if est:
+                x["makespan_ns"][k] = y["makespan_ns"][k] = x["slowdown"][k] = y["slowdown"][k] = None
+        y.pop("estimated")
+        x.pop("spread"), y.pop("spread"), x.pop("makespan_spread_ns"), y.pop("makespan_spread_ns")
     assert a == b
+
+
+def test_the_ends_of_a_range_are_exact_schedules(tmp_path):
+    """Re-timed points are estimates; the points that decide an end of either range are
+    scheduled, so the ranges equal those of a study that schedules every point."""
+    from replay.pipeline.ranges import RangeStudy
+
+    for which in ("random", "bert_infer.parquet"):
+        graph = _graph_of(tmp_path, which)
+        a = RangeStudy(graph).protocol_range("baseline")
+        b = RangeStudy(graph, exact=True).protocol_range("baseline")
+        assert a["makespan_range_ns"] == b["makespan_range_ns"] and a["slowdown_range"] == b["slowdown_range"]
+        assert b["ranges"]["points_retimed"] == 0 and b["ranges"]["points_estimated"] == 0
+        assert a["ranges"]["points_retimed"] > 0
+        lo, hi = a["makespan_range_ns"]
+        for row in a["ranges"]["parameters"]:
+            for end, est in zip(row["makespan_ns"], row["estimated"]):
+                assert not (est and end in (lo, hi)), row["parameter"]
 
 
 def test_a_model_without_the_hook_is_always_retransformed():
@@ -482,3 +509,14 @@ def test_a_repriced_graph_still_refuses_what_a_price_can_break(tmp_path):
     dur[-1] = 1 << 62
     with pytest.raises(GraphError, match="beyond"):
         schedule(g1.replace(dur=dur))
+
+
+def test_both_engines_give_the_same_ranges(tmp_path):
+    """The re-timing has a numba twin: a range study gives the same report on either engine."""
+    import twins
+
+    from replay.pipeline.ranges import RangeStudy
+
+    graph = _graph_of(tmp_path, "random")
+    got = twins.agree("engine", lambda: RangeStudy(graph).protocol_range("baseline"))
+    assert got["ranges"]["points_retimed"] > 20

@@ -215,6 +215,19 @@ def test_kineto_a_rank_beyond_the_largest_is_refused(tmp_path, rank):
     assert rank not in line
 
 
+@pytest.mark.parametrize("value", ["9223372036854775807", "9223372036854775500"])
+def test_kineto_an_integer_field_past_64_bits_as_a_double_is_refused(tmp_path, value):
+    """A kernel's ``args.device`` of 2^63 - 1 (found by the fuzzer) is read with the column's
+    missing values as doubles, where it rounds to 2^63: that was a numpy cast warning and a
+    trace with a made-up device. It is one line naming the column, never the value."""
+    ev = dict(_EV, args={"correlation": 1, "device": 7})
+    text = json.dumps({"traceEvents": [_RT, ev, dict(_EV, ts=_EV["ts"] + 50, args={"correlation": 2})]})
+    p = tmp_path / "d.json"
+    p.write_text(text.replace('"device": 7', f'"device": {value}'))
+    line = refused([p], tmp_path / "t.parquet", "'device'", "64-bit")
+    assert value not in line
+
+
 def test_kineto_a_rank_in_the_file_name_beyond_the_largest_is_refused(tmp_path):
     p = tmp_path / "trace_rank_99999999999999999999.json"
     p.write_text(json.dumps({"traceEvents": [_RT, _EV]}))

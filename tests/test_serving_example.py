@@ -160,3 +160,56 @@ def test_tensor_parallel_without_ranks_is_refused_with_one_line():
     r = subprocess.run([sys.executable, str(EXAMPLE), *TINY, "--tp"], capture_output=True, text=True,
                        env={k: v for k, v in os.environ.items() if k != "WORLD_SIZE"})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--nproc" in r.stderr
+
+
+def _steps(df):
+    """Per profiler step: (engine-step marker, H2D copies, D2H copies, graph launches, request markers)."""
+    out = []
+    for _, g in df[df.step >= 0].groupby("step"):
+        marker = [n[len("range_push:"):] for n in g.name if n.startswith("range_push:engine_step:")]
+        mem = g[g.kind == "memcpy"]
+        out.append((marker, int((mem.copy_dir == "H2D").sum()), int((mem.copy_dir == "D2H").sum()),
+                    int((g.name == "cudaGraphLaunch").sum()), [n for n in g.name if n.startswith("request:")]))
+    return out
+
+
+def test_multi_step_runs_decode_rounds_from_one_scheduling(tmp_path):
+    """--multi-step 4 (vLLM's multi-step scheduling), hand-worked on TINY (2 requests at a time, 24
+    prompt + 6 output tokens each): a prefill step alone, then two decode rounds of 4 GPU steps per
+    pair of requests. Every GPU step is a profiler step with its own engine-step marker (the
+    context grows by one position per request and step); only the step that schedules a round
+    copies inputs H2D (the later ones advance them on the GPU); each step's tokens are read back
+    D2H one step later, the round's last two at its end; the second round's last three steps are
+    rows of finished requests (their tokens dropped: no markers). The whole run replays with
+    every request complete, and CC costs the multi-step loop less than the loop that schedules
+    every step (fewer host-blocking input copies per token)."""
+    path = tmp_path / "ms.parquet"
+    df = _capture(path, "--cuda-graphs", "--multi-step", "4")
+    steps = _steps(df)
+    half = [(["engine_step:48:0:48"], None, 1, 0)] + [([f"engine_step:0:2:{50 + 2 * j}"], None, d2h, 1)
+                                                    for j, d2h in enumerate([0, 1, 1, 2, 0, 1, 1, 2])]
+    assert len(steps) == 2 * len(half)
+    for k, ((marker, h2d, d2h, graphs, _), (want_marker, _, want_d2h, want_graphs)) in enumerate(zip(steps, half * 2)):
+        assert (marker, d2h, graphs) == (want_marker, want_d2h, want_graphs), k
+        assert (h2d > 0) == (k % 9 in (0, 1, 5)), k  # the prefill step and each round's first step
+    first_pair = [m for s in steps[:9] for m in s[4]]
+    for rid in (0, 1):
+        assert first_pair.count(f"request:token:{rid}") == 5 and first_pair.count(f"request:finish:{rid}") == 1
+    assert all(not s[4] for k, s in enumerate(steps) if k % 9 in (7, 8))  # dropped tokens: no markers
+
+    sync = tmp_path / "sync.parquet"
+    _capture(sync, "--cuda-graphs")
+    lost = {}
+    for name, trace in (("multi-step", path), ("sync", sync)):
+        m = {p: _serving(trace, p) for p in ("none", "baseline")}
+        assert m["baseline"]["complete_requests"] == 4 and m["baseline"]["output_tokens"] == 24
+        lost[name] = 1 - m["baseline"]["output_tokens_per_s"] / m["none"]["output_tokens_per_s"]
+    assert 0 < lost["multi-step"] < lost["sync"], lost
+
+
+@pytest.mark.parametrize("args, field", [(["--multi-step", "0"], "--multi-step"),
+                                         (["--multi-step", "2", "--overlap"], "--overlap"),
+                                         (["--multi-step", "40"], "--max-len")])
+def test_multi_step_refuses_bad_values_with_one_line(args, field):
+    r = subprocess.run([sys.executable, str(EXAMPLE), *TINY, *args], capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and field in r.stderr, r.stderr

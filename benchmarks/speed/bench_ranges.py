@@ -79,8 +79,10 @@ def main() -> None:
     print(f"with --ranges      CPU {ranged['cpu_s']:7.2f} s  wall {ranged['wall_s']:7.2f} s  peak {ranged['peak_mib']:,.0f} MiB")
     print(f"ratio {ratio:.2f}x (target <= {TARGET:g}x: {'pass' if ratio <= TARGET else 'MISS'}); "
           f"{len(info['parameters'])} ranged parameters read, {len(info['not_read'])} not read; "
-          f"{info['points_replayed']} points scheduled, {info['points_unchanged']} unchanged (not scheduled); "
-          f"{info.get('points_repriced', 0)} of all these re-priced, the others re-transformed")
+          f"{info['points_replayed']} points evaluated, {info['points_unchanged']} unchanged (not evaluated); "
+          f"{info.get('points_repriced', 0)} of all these re-priced, the others re-transformed; "
+          f"{info.get('points_retimed', 0)} re-timed in the preset's order, "
+          f"{info.get('points_estimated', 0)} of the study's points still estimates at the end")
     print(f"slowdown {r['slowdown_vs_none']} range {r['slowdown_range']} driven by {r['range_driver']}")
 
 

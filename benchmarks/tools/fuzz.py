@@ -22,6 +22,7 @@ lists the rerun cases (``rerun_after_a_forked_hang``).
 
     python benchmarks/tools/fuzz.py --cases 2000 --seed 1          # the CI run (tests/test_fuzz.py)
     python benchmarks/tools/fuzz.py --cases 20000 --seed 7 --jobs 2 # a long run
+    python benchmarks/tools/fuzz.py --cases 20000 --first 8253 --seed 7 # its cases 8,253 on
 """
 
 from __future__ import annotations
@@ -941,16 +942,20 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--mem-mb", type=int, default=2048, help="peak resident memory a case may use")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="wall time a case may take")
+    ap.add_argument("--first", type=int, default=0, metavar="K",
+                    help="start at case K (cases K..--cases minus 1): a long run in parts, each part its own cases")
     ap.add_argument("--only", type=int, action="append", help="run only case I (repeatable)")
     ap.add_argument("--generators", help="comma-separated generators to draw from (e.g. bomb,contradiction)")
     ap.add_argument("--save", type=Path, help="copy the files of failing cases here")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument("--progress", action="store_true")
     ap.add_argument("--stop-after-s", type=float, metavar="S",
-                    help="start no case after S seconds; the summary gives the number run (cases 0..N-1)")
+                    help="start no case after S seconds; the summary gives the number run (cases K..K+N-1)")
     args = ap.parse_args(argv)
     if args.cases < 1 or args.jobs < 1 or args.mem_mb < 64 or not 0 < args.timeout_s <= 3600:
         ap.error("--cases, --jobs >= 1; --mem-mb >= 64; 0 < --timeout-s <= 3600")
+    if not 0 <= args.first < args.cases:
+        ap.error("--first: between 0 and --cases minus 1")
     if args.stop_after_s is not None and not 0 < args.stop_after_s <= 7 * 86400:
         ap.error("--stop-after-s: between 0 and a week of seconds")
     if args.generators:
@@ -964,7 +969,7 @@ def main(argv=None) -> int:
         base = Path(tmp)
         corpus = build_corpus(base)
         warm_up(corpus, base)
-        indices = args.only or range(args.cases)
+        indices = args.only or range(args.first, args.cases)
         deadline = None if args.stop_after_s is None else started + args.stop_after_s
         outcomes = run_cases(indices, args.seed, corpus, args.jobs, args.mem_mb, args.timeout_s, base, args.save,
                              args.progress, deadline)
@@ -974,7 +979,7 @@ def main(argv=None) -> int:
     by_rc = Counter(str(o.rc) for o in outcomes)
     kinds = Counter(p.split(":")[0] for o in failing for p in o.problems)
     summary = {
-        "cases": len(outcomes), "cases_asked": len(indices), "seed": args.seed, "failing": len(failing), "seconds": round(seconds, 1),
+        "cases": len(outcomes), "cases_asked": len(indices), "first_case": indices[0], "seed": args.seed, "failing": len(failing), "seconds": round(seconds, 1),
         "cases_per_s": round(len(outcomes) / seconds, 1), "exit_codes": dict(by_rc), "generators": dict(by_gen),
         "problems": dict(kinds), "max_rss_mb": round(max((o.maxrss_mb for o in outcomes), default=0), 1),
         "slowest_s": round(max((o.seconds for o in outcomes), default=0), 2),
@@ -983,7 +988,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
-        print(f"{summary['cases']} of {len(indices)} cases (seed {args.seed}) in {seconds:.0f} s ({summary['cases_per_s']} cases/s): "
+        print(f"{summary['cases']} of {len(indices)} cases (seed {args.seed}, from case {indices[0]}) in {seconds:.0f} s ({summary['cases_per_s']} cases/s): "
               f"{len(failing)} failing; exit codes {dict(by_rc)}; max RSS {summary['max_rss_mb']} MB; "
               f"slowest {summary['slowest_s']} s; rerun after a forked child hung: "
               f"{summary['rerun_after_a_forked_hang'] or 'none'}")

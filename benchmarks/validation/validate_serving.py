@@ -24,6 +24,8 @@ sources do not state are named as assumptions in the output.
    the host's blocked time (replays of whole captured runs).
 3. PipeLLM [S27]: throughput lost with weight offloading (OPT-30B, OPT-66B) and KV offloading.
 4. Blackwell (Tinfoil [S30]): inter-token latency under the ``b300`` and ``b300-hgx`` presets.
+5. Multi-step scheduling (vLLM v0.6.0 [S41]): what scheduling a decode round once per N GPU steps
+   (``--multi-step N``) does to CC's loss in the synchronous loop (replays of whole captured runs).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from fastrack_core.errors import ConfigError, FastrackError
 ROOT = Path(__file__).resolve().parents[2]  # benchmarks/<kind>/ -> the repository root
 BEGIN, END = "<!-- validate_serving:begin -->", "<!-- validate_serving:end -->"
 PRESET = "h100-sxm"
-SECTIONS = (1, 2, 3, 4)
+SECTIONS = (1, 2, 3, 4, 5)
 
 SGLANG_LOSS = {1: 18.40, 4: 16.74, 8: 15.14, 16: 13.85, 32: 9.84, 64: 7.36, 128: 4.80, 256: 2.83}  # [S31], %
 PIPELLM_LOSS = {"opt-30b": 52.8, "opt-66b": 88.2}  # [S27], % of throughput, "up to"
@@ -55,6 +57,7 @@ FULL = {
     "blackwell_presets": ["b300-hgx", "b300"], "blackwell_concurrency": [1, 8, 64, 256],
     "offload": [("opt-30b", "weights"), ("opt-66b", "weights"), ("opt-30b", "kv")],
     "offload_batch": 32, "prompt_len": 128, "gen_len": 4,
+    "multistep_concurrency": [1, 8, 64], "multistep_steps": 8,
 }
 QUICK = {
     "serving_model": "tiny", "concurrency": [1, 4], "input_len": 32, "output_len": 4,
@@ -62,6 +65,7 @@ QUICK = {
     "blackwell_presets": ["b300"], "blackwell_concurrency": [4],
     "offload": [("tiny", "weights"), ("tiny", "kv")],
     "offload_batch": 4, "prompt_len": 16, "gen_len": 2,
+    "multistep_concurrency": [4], "multistep_steps": 4,
 }
 SCHEDULER = "sglang"  # replay serve's overlap scheduler, for the --overlap captures
 FIX_FLAG = "--copy-thread"  # examples/serving.py: input copies (and the readback) on copy threads, SGLang's fix
@@ -135,6 +139,11 @@ def captures(w: dict, sections) -> list[tuple]:
         c = w["mech_concurrency"]
         add(_name(w, c, "_async"), "serving.py", serving_args(w, c, "--overlap", "--async-h2d"))
         add(_name(w, c, "_sync"), "serving.py", serving_args(w, c))
+    if 5 in sections:
+        n = w["multistep_steps"]
+        for c in w["multistep_concurrency"]:
+            add(_name(w, c, "_sync"), "serving.py", serving_args(w, c))
+            add(_name(w, c, f"_ms{n}"), "serving.py", serving_args(w, c, "--multi-step", str(n)))
     if 3 in sections:
         for model, what in w["offload"]:
             add(f"offload_{model}_{what}", "offload.py", offload_args(w, model, what))
@@ -444,15 +453,72 @@ def blackwell(out: _Out, work: Path, w: dict) -> None:
     out()
 
 
+def multistep(out: _Out, work: Path, w: dict) -> None:
+    from replay.pipeline.serving import overhead
+
+    n = w["multistep_steps"]
+    out("### 5. Multi-step scheduling under CC (vLLM v0.6.0 [S41])")
+    out()
+    out("Section 1's workload in vLLM's synchronous loop (no `--overlap`; decode in CUDA graphs): `sync loop` "
+        f"schedules every step, `--multi-step {n}` schedules a decode-only step once per {n} GPU steps (vLLM's "
+        f"`--num-scheduler-steps {n}`): the round's inputs are prepared on the host and copied H2D once, advanced "
+        "on the GPU between its steps, and each step's tokens are read back after the next step is launched; a "
+        "step with a prefill chunk runs alone, and a request that finishes inside a round keeps its row to the "
+        "round's end. Each trace is replayed whole (the batches and rounds the capture ran). `GPU steps`: the "
+        "engine steps of the capture; `dropped`: decode rows computed for requests that already had every token, "
+        "% of the rows; `H2D/token`: input copies per output token; `readback wait`: the time the host threads "
+        "sat blocked in the host-synchronous token readback under `baseline` (`cpu_decrypt d2h`, us per output "
+        "token); the last column the largest changes of the mean TPOT against `none` by mechanism (us per output "
+        "token, as in section 2). `loss` = 1 - (tokens/s under the protocol) / (tokens/s under `none`).")
+    out()
+    out("| concurrency | loop | GPU steps | dropped | H2D/token | tokens/s none | tokens/s baseline | loss baseline | "
+        "loss fastrack | readback wait | largest changes by mechanism (us/token) |")
+    out("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    cmds = []
+    for c in w["multistep_concurrency"]:
+        for label, tag, extra in (("sync loop", "_sync", ()),
+                                  (f"`--multi-step {n}`", f"_ms{n}", ("--multi-step", str(n)))):
+            path, cmd = capture(work, _name(w, c, tag), "serving.py", serving_args(w, c, *extra))
+            cmds.append(cmd)
+            r = replay(path, ["none", "baseline", "fastrack"], waits=True)
+            steps, rows, h2d = _step_rows_h2d(path)
+            base = r["baseline"]
+            tok = base["output_tokens"] or 1
+            dropped = rows + base["complete_requests"] - base["output_tokens"]
+            wait = base["host_waits"].get("cpu_decrypt d2h", 0)
+            d = overhead(base, r["none"])["breakdown_delta"]["tpot_per_token_ns"]["mechanism"]
+            out(f"| {c} | {label} | {steps} | {100 * dropped / max(rows, 1):.1f}% | {h2d / tok:.2f} | "
+                f"{r['none']['output_tokens_per_s']:,.1f} | {base['output_tokens_per_s']:,.1f} | "
+                f"{loss(base, r['none']):.1f}% | {loss(r['fastrack'], r['none']):.1f}% | {wait / tok / 1e3:,.1f} | "
+                f"{_top(d, 4)} |")
+    out()
+    out("```")
+    out("\n".join(cmds))
+    out("```")
+    out()
+
+
+def _step_rows_h2d(path: Path) -> tuple[int, int, int]:
+    """(engine steps, decode rows over all steps, H2D copies) of a captured trace, from its
+    engine-step markers and copies."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["kind", "name", "copy_dir"]).to_pydict()
+    marks = [nm.split(":") for nm in t["name"] if nm.startswith("range_push:engine_step:")]
+    h2d = sum(1 for k, d in zip(t["kind"], t["copy_dir"]) if k == "memcpy" and d == "H2D")
+    return len(marks), sum(int(m[3]) for m in marks), h2d
+
+
 def parse_sections(spec: str | None) -> tuple[int, ...]:
     if spec is None:
         return SECTIONS
+    allowed = ", ".join(str(s) for s in SECTIONS)
     try:
         got = tuple(sorted({int(s) for s in spec.split(",") if s.strip()}))
     except ValueError:
-        raise ConfigError("--sections must be a comma-separated list of 1, 2, 3, 4") from None
+        raise ConfigError(f"--sections must be a comma-separated list of {allowed}") from None
     if not got or any(s not in SECTIONS for s in got):
-        raise ConfigError("--sections must be a comma-separated list of 1, 2, 3, 4")
+        raise ConfigError(f"--sections must be a comma-separated list of {allowed}")
     return got
 
 
@@ -476,7 +542,7 @@ def section(work: Path, quick: bool, jobs: int = 1, sections=SECTIONS) -> str:
         + f"; preset `{PRESET}` unless named; traces captured under emulation (cost model `h100-sxm`, modelled "
         "host time).")
     out()
-    for s, fn in ((1, sglang), (2, vllm), (3, pipellm), (4, blackwell)):
+    for s, fn in ((1, sglang), (2, vllm), (3, pipellm), (4, blackwell), (5, multistep)):
         if s in sections:
             fn(out, work, w)
     return "\n".join(out.lines).rstrip() + "\n"

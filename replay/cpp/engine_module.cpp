@@ -14,6 +14,8 @@
 //       out: start, finish, crit_pred (i64), bound_by (i8), order, slot_wait (i64), n each, and
 //          lane_servers (i64, L).
 //   topological_order(g, issue) -> (status, where, placed)      issue: i64, n
+//   retime(g, seq, pool_size, start, finish) -> bool              seq: i64, n (a placement order);
+//       pool_size: i64, L; start, finish: i64, n (written). False: the order does not fit the graph
 //   is_acyclic(g, extra_src, extra_dst) -> bool                   i64 node indices
 //   walk_path(start, finish, crit_pred, bound_by, slot_wait, node, t, t_stop, node_code (i8 or
 //             i64), edge_code, launch, release, group, lane, wait, totals) -> None
@@ -151,6 +153,24 @@ PyObject *py_topological_order(PyObject *, PyObject *args) {
     return outcome(res);
 }
 
+PyObject *py_retime(PyObject *, PyObject *args) {
+    PyObject *g, *seqO, *poolO, *startO, *finishO;
+    if (!PyArg_ParseTuple(args, "O!OOOO:retime", &PyTuple_Type, &g, &seqO, &poolO, &startO, &finishO)) return nullptr;
+    Buffers bufs("replay.pipeline._engine.retime");
+    fastrack::GraphView v;
+    Span<const std::int64_t> seq, pool;
+    Span<std::int64_t> start, finish;
+    if (!graphView(bufs, g, v) || !bufs.get(seqO, "seq", seq) || !bufs.get(poolO, "pool_size", pool) ||
+        !bufs.get(startO, "start", start) || !bufs.get(finishO, "finish", finish))
+        return nullptr;
+    if (!(lengthIs(seq.size, v.n(), "seq") && lengthIs(pool.size, v.numLanes(), "pool_size") &&
+          lengthIs(start.size, v.n(), "start") && lengthIs(finish.size, v.n(), "finish")))
+        return nullptr;
+    bool ok = false;
+    if (!withoutGil([&] { ok = fastrack::retimeView(v, seq, pool, start, finish); })) return nullptr;
+    return PyBool_FromLong(ok);
+}
+
 PyObject *py_is_acyclic(PyObject *, PyObject *args) {
     PyObject *g, *xs, *xd;
     if (!PyArg_ParseTuple(args, "O!OO:is_acyclic", &PyTuple_Type, &g, &xs, &xd)) return nullptr;
@@ -222,6 +242,7 @@ PyMethodDef kMethods[] = {
     {"schedule", py_schedule, METH_VARARGS, "schedule(graph_arrays, outputs) -> (status, where, placed)"},
     {"topological_order", py_topological_order, METH_VARARGS,
      "topological_order(graph_arrays, issue) -> (status, where, placed)"},
+    {"retime", py_retime, METH_VARARGS, "retime(graph_arrays, seq, pool_size, start, finish) -> bool"},
     {"is_acyclic", py_is_acyclic, METH_VARARGS, "is_acyclic(graph_arrays, extra_src, extra_dst) -> bool"},
     {"walk_path", py_walk_path, METH_VARARGS, "walk_path(start, finish, crit_pred, bound_by, slot_wait, node, t, "
                                               "t_stop, node_code, edge_code, launch, release, group, lane, wait, "

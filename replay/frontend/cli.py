@@ -170,7 +170,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
             out["serving"]["overhead_vs_none"] = overhead(out["serving"], ref.serving)
     if study is not None:
         out.update(study.protocol_range(protocol, rep.result.makespan_ns, None if ref is None else ref.makespan_ns,
-                                        rep.graph))
+                                        rep.graph, rep.schedule))
         del study
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))

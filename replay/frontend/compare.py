@@ -65,7 +65,8 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
         if serving:
             served[p] = serving_metrics(rep.graph, rep.schedule)
         if study is not None:
-            spans[p] = study.protocol_range(p, rep.result.makespan_ns, results[NONE].makespan_ns, rep.graph)
+            spans[p] = study.protocol_range(p, rep.result.makespan_ns, results[NONE].makespan_ns, rep.graph,
+                                            rep.schedule)
         del rep  # (its graph and schedule are not needed while the next protocol replays)
     dp = {"world": data_parallel, "bucket_mb": bucket_mb} if data_parallel is not None else None
     d = compare_report(trace, {p: results[p] for p in protocols}, results[NONE], dp, served or None)

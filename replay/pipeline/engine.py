@@ -261,5 +261,32 @@ def schedule(graph: OpGraph) -> Schedule:
                     lane_servers=size)
 
 
-__all__ = ["Schedule", "schedule", "topological_order", "is_acyclic", "engine_name", "use_engine",
+def retime(graph: OpGraph, seq: np.ndarray, pool_size: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Start and finish of every node placed in the order ``seq`` (the ``order`` of a schedule of a
+    graph with the same nodes, edges, lanes and holds; only durations, lags and releases differ),
+    with ``pool_size`` servers per pool from the start (at most the pool's maximum): each node starts when its prerequisites and
+    its lane allow and, for a holder, when a pool server frees, but a shared lane (and a pool)
+    serves in ``seq`` order instead of by ready time. On the durations ``seq`` came from it gives
+    that schedule's start and finish; on others an estimate of them, which the work-conserving
+    pass (:func:`schedule`) would give only where no shared lane reorders (docs/model.md,
+    "Prediction ranges"). One pass in ``seq`` order, no heap, no issue order: a fraction of a
+    schedule. None when ``seq`` does not fit the graph (see replay/cpp/fastrack/engine.hh,
+    ``retimeWith``): the caller schedules instead."""
+    n = graph.n
+    seq = np.ascontiguousarray(seq, np.int64)
+    if seq.shape != (n,) or np.shape(pool_size) != (len(graph.lanes),):
+        return None
+    # a pool grows past its maximum only to break a deadlock, at a time a fixed order cannot
+    # know: re-timed within the maximum, such an order runs out of servers and is declined
+    pool_size = np.ascontiguousarray(np.minimum(pool_size, graph.lanes.max_servers), np.int64)
+    core = native()
+    if core is None:
+        return _kernels().retime(graph, seq, pool_size)
+    start, finish = np.empty(n, np.int64), np.empty(n, np.int64)
+    if not core.retime(_arrays(graph), seq, pool_size, start, finish):
+        return None
+    return start, finish
+
+
+__all__ = ["Schedule", "schedule", "retime", "topological_order", "is_acyclic", "engine_name", "use_engine",
            "BOUND_GROUP", "BOUND_LANE", "BOUND_RELEASE", "NO_LANE"]

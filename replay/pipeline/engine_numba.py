@@ -461,6 +461,160 @@ def schedule(graph: OpGraph):
     return status, int(err_node), int(placed), (start, finish, pred, bound, seq, slot_wait, size)
 
 
+@njit(cache=True)
+def _minheap_push(h, base, size, v):
+    """Push ``v`` on the min-heap of values ``h[base:base + size]``; returns the new size."""
+    pos = size
+    h[base + pos] = v
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if h[base + parent] <= h[base + pos]:
+            break
+        h[base + parent], h[base + pos] = h[base + pos], h[base + parent]
+        pos = parent
+    return size + 1
+
+
+@njit(cache=True)
+def _minheap_pop(h, base, size):
+    """Pop the smallest value of the min-heap ``h[base:base + size]``; returns (value, new size)."""
+    top = h[base]
+    size -= 1
+    h[base] = h[base + size]
+    pos = 0
+    while True:
+        a = 2 * pos + 1
+        if a >= size:
+            break
+        b = a + 1
+        c = b if b < size and h[base + b] < h[base + a] else a
+        if h[base + pos] <= h[base + c]:
+            break
+        h[base + pos], h[base + c] = h[base + c], h[base + pos]
+        pos = c
+    return top, size
+
+
+@njit(cache=True)
+def _retime(seq, lane, shared, srv_ptr, dur, release, group, hold_lane, hold_until, dep_ptr, dep_src, dep_kind,
+            dep_lag, pool_size, launch_code, stream_code):
+    """The C++ core's retimeWith (replay/cpp/fastrack/engine.hh), step for step. Returns
+    (ok, start, finish)."""
+    n = dur.shape[0]
+    nl = shared.shape[0]
+    low = np.iinfo(np.int64).min
+    start = np.zeros(n, np.int64)
+    finish = np.zeros(n, np.int64)
+    free = np.zeros(srv_ptr[-1], np.int64)
+    srv_last = np.full(srv_ptr[-1], -1, np.int64)
+    lane_last = np.full(nl, -1, np.int64)
+    pool_now = np.full(nl, low, np.int64)
+    is_pool = np.zeros(nl, np.bool_)
+    placed = np.zeros(n, np.bool_)
+    holds = 0
+    for i in range(n):
+        if group[i] >= 0:
+            return False, start, finish
+        if hold_lane[i] >= 0:
+            holds += 1
+            if pool_size[hold_lane[i]] < 1:
+                return False, start, finish
+            is_pool[hold_lane[i]] = True
+    for i in range(n):
+        if lane[i] >= 0 and is_pool[lane[i]]:
+            return False, start, finish
+    pool_base = np.zeros(nl + 1, np.int64)  # per pool: its heap's segment (pool_size[pl] entries)
+    for k in range(nl):
+        pool_base[k + 1] = pool_base[k] + (pool_size[k] if is_pool[k] else 0)
+    heap = np.full(pool_base[-1], low, np.int64)
+    pool_len = np.where(is_pool, pool_size, 0).astype(np.int64)
+    hold_ptr = np.zeros(n + 1, np.int64)
+    hold_idx = np.empty(holds, np.int64)
+    if holds:
+        for i in range(n):
+            if hold_lane[i] >= 0:
+                hold_ptr[hold_until[i] + 1] += 1
+        for i in range(n):
+            hold_ptr[i + 1] += hold_ptr[i]
+        fill = hold_ptr[:-1].copy()
+        for i in range(n):
+            if hold_lane[i] >= 0:
+                hold_idx[fill[hold_until[i]]] = i
+                fill[hold_until[i]] += 1
+    for k in range(n):
+        i = seq[k]
+        if i < 0 or i >= n or placed[i]:
+            return False, start, finish
+        t = release[i]
+        ln = lane[i]
+        sh = ln >= 0 and shared[ln]
+        single = ln >= 0 and not sh and srv_ptr[ln + 1] - srv_ptr[ln] == 1
+        explicit = False
+        for e in range(dep_ptr[i], dep_ptr[i + 1]):
+            src = dep_src[e]
+            if not placed[src]:
+                return False, start, finish
+            c = (start[src] if dep_kind[e] == launch_code else finish[src]) + dep_lag[e]
+            if c > t:
+                t = c
+            if single and dep_kind[e] == stream_code and src == srv_last[srv_ptr[ln]]:
+                explicit = True
+        best = -1
+        if ln >= 0:
+            best = srv_ptr[ln]
+            for sv in range(srv_ptr[ln] + 1, srv_ptr[ln + 1]):
+                if free[sv] < free[best]:
+                    best = sv
+        if ln >= 0 and not sh and not explicit:
+            if free[best] > t:
+                t = free[best]
+            prev = lane_last[ln]
+            if prev >= 0 and start[prev] > t:
+                t = start[prev]
+        pl = hold_lane[i]
+        if pl >= 0:
+            if pool_len[pl] == 0:
+                return False, start, finish
+            if t < pool_now[pl]:
+                t = pool_now[pl]
+            pool_now[pl] = t
+            v, pool_len[pl] = _minheap_pop(heap, pool_base[pl], pool_len[pl])
+            if v > t:
+                t = v
+        if sh and free[best] > t:
+            t = free[best]
+        start[i] = t
+        finish[i] = t + dur[i]
+        placed[i] = True
+        if ln >= 0:
+            if finish[i] > free[best]:
+                free[best] = finish[i]
+            srv_last[best] = i
+            lane_last[ln] = i
+        for h in range(hold_ptr[i], hold_ptr[i + 1]):
+            a = hold_idx[h]
+            if not placed[a]:
+                return False, start, finish
+            q = hold_lane[a]
+            pool_len[q] = _minheap_push(heap, pool_base[q], pool_len[q], max(finish[i], start[a]))
+    return True, start, finish
+
+
+def retime(graph: OpGraph, seq: np.ndarray, pool_size: np.ndarray):
+    """(start, finish) of replay.pipeline.engine.retime, or None when ``seq`` does not fit."""
+    lanes = graph.lanes
+    srv_ptr = np.zeros(len(lanes) + 1, np.int64)
+    np.cumsum(lanes.servers.astype(np.int64), out=srv_ptr[1:])
+    i64 = np.int64
+    ok, start, finish = _retime(np.asarray(seq, i64), np.asarray(graph.lane, np.int64), np.asarray(lanes.shared, np.bool_),
+                                srv_ptr, np.asarray(graph.dur, i64), np.asarray(graph.release, i64),
+                                np.asarray(graph.group, i64), np.asarray(graph.hold_lane, np.int64),
+                                np.asarray(graph.hold_until, i64), np.asarray(graph.dep_ptr, i64),
+                                np.asarray(graph.dep_src, i64), graph.dep_kind, np.asarray(graph.dep_lag, i64),
+                                np.asarray(pool_size, i64), _LAUNCH, _STREAM)
+    return (start, finish) if ok else None
+
+
 def is_acyclic(graph: OpGraph, extra_src, extra_dst) -> bool:
     n = graph.n
     src = graph.dep_src.astype(np.int64)

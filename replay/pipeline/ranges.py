@@ -12,10 +12,13 @@ be monotone in a parameter (docs/architecture.md), so a value inside a range may
 outside the result's range.
 
 Cost (docs/model.md "Prediction ranges"): the trace's graph is built once and what-if scaling
-applied once; each point is one schedule, of the preset's transformed graph re-priced at the
-point (:mod:`replay.pipeline.reprice`) when the point moves only parameters the model lists as
-price-only and the re-pricer knows the protocol, else of a new protocol transform (the ``none``
-reference's points likewise, shared by every protocol of a study). Points are skipped, exactly,
+applied once. A point that moves only parameters the model lists as price-only, under a protocol
+the re-pricer knows, re-prices the preset's transformed graph (:mod:`replay.pipeline.reprice`)
+and re-times it in the placement order of the preset's schedule
+(:func:`replay.pipeline.engine.retime`: an estimate, since a shared lane keeps its order); any
+other point is a new protocol transform and a schedule (the ``none`` reference's points likewise,
+shared by every protocol of a study). Every point that decides an end of a range and is still an
+estimate is then scheduled, so the ends are always schedules. Points are skipped, exactly,
 where they cannot change the result:
 
 * a parameter the transform never read at the preset's values (recorded while the preset's own
@@ -41,9 +44,10 @@ from replay.graph import OpGraph
 from replay.names import CAPTURED, NONE
 from replay.plugins import DEFAULT_MODEL
 
-# The decision (docs/model.md "Prediction ranges"): ranges cost one schedule per point (most points
-# re-priced, the rest re-transformed), about 2 x (ranged parameters the protocol reads) + 4
-# schedules, some 8-10x a single replay at 1M ops, so they are asked for (``--ranges``), not on by default.
+# The decision (docs/model.md "Prediction ranges"): ranges cost one evaluation per point, about
+# 2 x (ranged parameters the protocol reads) + 4 (most re-priced and re-timed, the structure ones
+# re-transformed and scheduled), some 4.7x a single replay at 1M ops, so they are asked for
+# (``--ranges``), not on by default.
 RANGES_DEFAULT = False
 
 NO_RANGE_NOTE = "{protocol}: no range (the protocol assumes nothing CC-related; its parameters are not varied)"
@@ -145,16 +149,26 @@ def same_schedule_inputs(a: OpGraph, b: OpGraph) -> bool:
     return all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(schedule_inputs(a), schedule_inputs(b)))
 
 
-def makespan_of(graph: OpGraph) -> int:
+def makespan_of(graph: OpGraph, sched=None) -> int:
     """The makespan a replay reports (:func:`replay.pipeline.results.summarize`): from the first
-    node reached to the last finish, without the rest of the summary."""
+    node reached to the last finish, without the rest of the summary. ``sched``: the graph's
+    schedule (anything with ``start`` and ``finish``), scheduled here when not given."""
     from replay.pipeline.engine import schedule
     from replay.pipeline.results import entry_times
 
     if not graph.n:
         return 0
-    sched = schedule(graph)
+    if sched is None:
+        sched = schedule(graph)
     return int(sched.finish.max() - entry_times(graph, sched).min())
+
+
+@dataclass(frozen=True)
+class _Times:
+    """Start and finish of every node, as :func:`makespan_of` reads a schedule."""
+
+    start: np.ndarray
+    finish: np.ndarray
 
 
 def _key(values: Mapping[str, Any]) -> tuple:
@@ -179,6 +193,9 @@ class _Side:
     repriced: int = 0  # points whose graph was re-priced from base_graph, not re-transformed
     repricer: Any = None  # replay.pipeline.reprice.Repricer of base_graph, made on first use (False: none)
     hw: Any = None  # the model at the preset's values
+    placement: Any = None  # (order, lane_servers) of base_graph's schedule, made on first use
+    estimated: set = field(default_factory=set)  # keys of points re-timed in that order, not scheduled
+    retimed: int = 0  # points re-timed (estimates), before any was scheduled exactly
 
     def reads_any(self, names) -> bool:
         return self.reads is None or any(n in self.reads for n in names)
@@ -193,12 +210,14 @@ class RangeStudy:
     every point (their ranges are dropped)."""
 
     def __init__(self, graph: OpGraph, model: str = DEFAULT_MODEL, preset: str | None = None,
-                 overrides: Sequence[str] = (), scales: Mapping[str, float] | None = None, reference: bool = True):
+                 overrides: Sequence[str] = (), scales: Mapping[str, float] | None = None, reference: bool = True,
+                 exact: bool = False):
         from replay.plugins import load_model
         from replay.whatif.scale import check_scales, scale_durations
 
         self.model, self.preset, self.overrides = model, preset, tuple(overrides)
         self.reference = reference
+        self.exact = exact  # schedule every re-priced point instead of re-timing it
         self._cls = load_model(model)
         hw = self._cls.from_preset(preset, self.overrides)
         self.ranged = ranged_parameters(hw)
@@ -214,14 +233,22 @@ class RangeStudy:
     def _model_at(self, values: Mapping[str, Any]):
         return self._cls.from_preset(self.preset, self.overrides + tuple(_override(k, v) for k, v in sorted(values.items())))
 
-    def _side(self, protocol: str, base_graph: OpGraph | None = None, base_makespan: int | None = None) -> _Side:
+    def _side(self, protocol: str, base_graph: OpGraph | None = None, base_makespan: int | None = None,
+              base_schedule=None) -> _Side:
+        from replay.pipeline.engine import schedule
+
         hw = self._cls.from_preset(self.preset, self.overrides)
         g0, reads = transform_tracked(self._graph, protocol, hw)
+        side = _Side(protocol, g0, reads, hw=hw)
         if base_graph is not None and same_schedule_inputs(base_graph, g0) and base_makespan is not None:
             m0 = int(base_makespan)  # the caller's replay of the same graph: no schedule needed
+            if base_schedule is not None:
+                side.placement = (base_schedule.order, base_schedule.lane_servers)
         else:
-            m0 = makespan_of(g0)
-        side = _Side(protocol, g0, reads, hw=hw)
+            s0 = schedule(g0) if g0.n else None
+            m0 = makespan_of(g0, s0)
+            if s0 is not None:
+                side.placement = (s0.order, s0.lane_servers)
         side.makespan[()] = m0
         return side
 
@@ -248,7 +275,8 @@ class RangeStudy:
             if moved and set(moved) <= self._repriced:  # prices only: re-price the preset's graph
                 rp = self._repricer(side)
                 g = rp.at(hw) if rp is not None else None
-            if g is not None:
+            repriced = g is not None
+            if repriced:
                 side.repriced += 1
                 base = side.base_graph  # (same nodes and edges: only durations and lags can differ)
                 unchanged = (np.array_equal(g.dur, base.dur) and np.array_equal(g.dep_lag, base.dep_lag)
@@ -260,14 +288,46 @@ class RangeStudy:
                 side.makespan[key] = side.makespan[()]
                 side.transformed_only += 1
             else:
-                side.makespan[key] = makespan_of(g)
+                times = self._retimed(side, g) if repriced and not self.exact else None
+                side.makespan[key] = makespan_of(g, times)
                 side.replayed += 1
+                if times is not None:
+                    side.estimated.add(key)
+                    side.retimed += 1
             del g
         return side.makespan[key]
 
+    def _retimed(self, side: _Side, g: OpGraph) -> _Times | None:
+        """A re-priced graph's start and finish in the placement order of the preset's schedule
+        (:func:`replay.pipeline.engine.retime`): an estimate, which :meth:`_exact` replaces by a
+        schedule where it decides a range's end. None where the order does not fit (the point
+        is then scheduled)."""
+        from replay.pipeline.engine import retime, schedule
+
+        if side.placement is None:
+            s0 = schedule(side.base_graph)
+            side.placement = (s0.order, s0.lane_servers)
+            del s0
+        order, servers = side.placement
+        g.validate()
+        out = retime(g, order, servers)
+        return None if out is None else _Times(*out)
+
+    def _exact(self, side: _Side, key: tuple) -> bool:
+        """Schedule an estimated point of ``side`` exactly; False when it was exact already."""
+        if key not in side.estimated:
+            return False
+
+        hw = self._model_at(dict(key))
+        rp = self._repricer(side)
+        g = rp.at(hw)
+        side.makespan[key] = makespan_of(g)
+        side.estimated.discard(key)
+        return True
+
     # ---- the study
     def protocol_range(self, protocol: str, makespan_ns: int | None = None, reference_ns: int | None = None,
-                       base_graph: OpGraph | None = None) -> dict[str, Any]:
+                       base_graph: OpGraph | None = None, base_schedule=None) -> dict[str, Any]:
         """The range report of one protocol: the keys a JSON output gains (``makespan_range_ns``,
         ``slowdown_range``, ``range_driver`` and the details under ``ranges``).
         ``makespan_ns``/``reference_ns``/``base_graph``: the caller's own replay at the preset (its
@@ -277,7 +337,7 @@ class RangeStudy:
         if protocol in (CAPTURED, NONE):
             return {"makespan_range_ns": None, "slowdown_range": None, "range_driver": None,
                     "ranges": {"note": NO_RANGE_NOTE.format(protocol=protocol)}}
-        side = self._side(protocol, base_graph, makespan_ns)
+        side = self._side(protocol, base_graph, makespan_ns, base_schedule)
         ref = None
         if self.reference:
             if self._none is None:
@@ -304,40 +364,73 @@ class RangeStudy:
         def headline(pt: tuple[int, float | None]) -> float:
             return pt[1] if ref is not None and pt[1] is not None else float(pt[0])
 
-        base = (m0, (m0 / r0) if r0 else None)
-        rows, evaluated = [], [base]
-        for r in used:
-            at_low = point({r.name: r.low}) if r.low != r.value else base
-            at_high = point({r.name: r.high}) if r.high != r.value else base
-            evaluated += [at_low, at_high]
-            h = [headline(at_low), headline(base), headline(at_high)]
-            ms = [at_low[0], m0, at_high[0]]
-            rows.append({"parameter": r.name, "value": r.value, "low": r.low, "high": r.high, "reason": r.reason,
-                         "makespan_ns": [at_low[0], at_high[0]],
-                         "slowdown": None if ref is None else [slowdown(at_low[0], self._at(ref, {r.name: r.low}),
-                                                                        JSON_DIGITS),
-                                                               slowdown(at_high[0], self._at(ref, {r.name: r.high}),
-                                                                        JSON_DIGITS)],
-                         "spread": max(h) - min(h), "makespan_spread_ns": max(ms) - min(ms),
-                         "_ends": (at_low, at_high)})
-        corners = {}
-        for metric, pick in (("headline", headline), ("makespan", lambda pt: float(pt[0]))):
-            up, down = {}, {}
-            for row in rows:  # each parameter at the end that raised (lowered) the result most, if one did
-                lo_pt, hi_pt = row["_ends"]
-                a, b, c = pick(lo_pt), pick(hi_pt), pick(base)
-                if max(a, b) > c:
-                    up[row["parameter"]] = row["high"] if b >= a else row["low"]
-                if min(a, b) < c:
-                    down[row["parameter"]] = row["low"] if a <= b else row["high"]
-            for name, values in (("high", up), ("low", down)):
-                if len(values) > 1:  # (one parameter: its own end, already evaluated)
-                    pt = point(values)
-                    evaluated.append(pt)
-                    corners.setdefault(f"{metric}_{name}", {"parameters": dict(sorted(values.items())),
-                                                            "makespan_ns": pt[0],
-                                                            "slowdown": None if ref is None else slowdown(
-                                                                pt[0], self._at(ref, values), JSON_DIGITS)})
+        def estimate(values: Mapping[str, Any]) -> bool:
+            """Whether the point's makespan on either side is still a re-timed estimate."""
+            return any(sd is not None and _key({n: v for n, v in values.items()
+                                                if (sd.reads is None or n in sd.reads) and v != self._value[n]})
+                       in sd.estimated for sd in (side, ref))
+
+        def study() -> tuple[list, dict, list, list]:
+            """Every point (cached after the first call), the rows and the corners."""
+            base = (m0, (m0 / r0) if r0 else None)
+            rows, evaluated, at = [], [base], [{}]
+            for r in used:
+                at_low = point({r.name: r.low}) if r.low != r.value else base
+                at_high = point({r.name: r.high}) if r.high != r.value else base
+                evaluated += [at_low, at_high]
+                at += [{r.name: r.low}, {r.name: r.high}]
+                h = [headline(at_low), headline(base), headline(at_high)]
+                ms = [at_low[0], m0, at_high[0]]
+                rows.append({"parameter": r.name, "value": r.value, "low": r.low, "high": r.high, "reason": r.reason,
+                             "makespan_ns": [at_low[0], at_high[0]],
+                             "slowdown": None if ref is None else [
+                                 slowdown(at_low[0], self._at(ref, {r.name: r.low}), JSON_DIGITS),
+                                 slowdown(at_high[0], self._at(ref, {r.name: r.high}), JSON_DIGITS)],
+                             "spread": max(h) - min(h), "makespan_spread_ns": max(ms) - min(ms),
+                             "estimated": [estimate({r.name: r.low}), estimate({r.name: r.high})],
+                             "_ends": (at_low, at_high)})
+            corners = {}
+            for metric, pick in (("headline", headline), ("makespan", lambda pt: float(pt[0]))):
+                up, down = {}, {}
+                for row in rows:  # each parameter at the end that raised (lowered) the result most, if one did
+                    lo_pt, hi_pt = row["_ends"]
+                    a, b, c = pick(lo_pt), pick(hi_pt), pick(base)
+                    if max(a, b) > c:
+                        up[row["parameter"]] = row["high"] if b >= a else row["low"]
+                    if min(a, b) < c:
+                        down[row["parameter"]] = row["low"] if a <= b else row["high"]
+                for name, values in (("high", up), ("low", down)):
+                    if len(values) > 1:  # (one parameter: its own end, already evaluated)
+                        pt = point(values)
+                        evaluated.append(pt)
+                        at.append(values)
+                        corners.setdefault(f"{metric}_{name}", {"parameters": dict(sorted(values.items())),
+                                                                "makespan_ns": pt[0],
+                                                                "slowdown": None if ref is None else slowdown(
+                                                                    pt[0], self._at(ref, values), JSON_DIGITS)})
+            return rows, corners, evaluated, at
+
+        def exact_ends(evaluated: list, at: list) -> bool:
+            """Schedule, exactly, the estimated points that decide an end of a range; True when one was."""
+            ends = set()
+            for f in ((lambda k: evaluated[k][0]), (lambda k: evaluated[k][1])):
+                ks = [k for k in range(len(evaluated)) if f(k) is not None]
+                if ks:
+                    ends |= {min(ks, key=f), max(ks, key=f)}
+            changed = False
+            for k in sorted(ends):
+                for sd in (side, ref):
+                    if sd is not None:
+                        key = _key({n: v for n, v in at[k].items()
+                                    if (sd.reads is None or n in sd.reads) and v != self._value[n]})
+                        changed |= self._exact(sd, key)
+            return changed
+
+        rows, corners, evaluated, at = study()
+        for _ in range(8):  # (each round makes at least one estimate exact; the ends settle within a few)
+            if not exact_ends(evaluated, at):
+                break
+            rows, corners, evaluated, at = study()
         ms = [pt[0] for pt in evaluated]
         driver = _driver(rows, "spread")
         out = {
@@ -363,9 +456,13 @@ class RangeStudy:
             "points_replayed": replayed,
             "points_unchanged": skipped,
             "points_repriced": side.repriced + (ref.repriced if ref is not None else 0),
+            "points_retimed": side.retimed + (ref.retimed if ref is not None else 0),
+            "points_estimated": sum(estimate(v) for v in at),
             "note": ("one-at-a-time ends of every ranged parameter the protocol or the none reference reads, "
                      "and the corners where all sit at the end that raised / lowered the result; a range over "
-                     "those points, not a bound"
+                     "those points, not a bound; a re-priced point is re-timed in the preset's placement order "
+                     "(an estimate, flagged in 'estimated') unless it decides an end of the range, which is "
+                     "scheduled exactly"
                      if rows else "no parameter with a range is used by this replay: the prediction has no range"),
             "notes": notes,
         }

@@ -91,6 +91,9 @@ def _series(v: np.ndarray):
     return pd.Series(v, dtype=object, copy=False)
 
 
+_INT64_EDGE = 2.0**63  # the first double past int64: a column read as doubles must stay below it
+
+
 def int_col(raw: RawInput, name: str, path: str | None) -> np.ndarray:
     if name not in raw:
         return np.full(len(raw), RAW_DEFAULTS[name], np.int64)
@@ -114,7 +117,10 @@ def int_col(raw: RawInput, name: str, path: str | None) -> np.ndarray:
         raise TraceFormatError(f"raw column '{name}' is not numeric", path=path) from None
     if np.isnan(v).any():
         v = np.where(np.isnan(v), RAW_DEFAULTS.get(name, -1), v)
-    return np.rint(v).astype(np.int64)
+    v = np.rint(v)
+    if v.size and not (np.abs(v) < _INT64_EDGE).all():  # (inf, or past int64 once rounded to a double)
+        raise TraceFormatError(f"raw column '{name}': a value is outside the 64-bit integer range", path=path)
+    return v.astype(np.int64)
 
 
 def obj_col(raw: RawInput, name: str, rows: np.ndarray | None = None) -> np.ndarray:

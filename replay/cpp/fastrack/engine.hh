@@ -34,6 +34,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -758,7 +759,126 @@ bool acyclicWith(const GraphView &g, Span<const std::int64_t> xsrc, Span<const s
     return placed == n;
 }
 
+// Re-time a graph in a given placement order: ``seq`` is the order in which scheduleView placed
+// the nodes of a graph with the same nodes, edges, lanes, groups and holds (only durations, lags
+// and releases may differ). Each node, in that order, starts at its ready time (release and
+// prerequisites, as in the pass), no earlier than its lane allows (the earliest free server; an
+// in-order lane as in the pass) and, for a holder, than a server of its pool frees (the pool has
+// ``pool_size[pl]`` servers from the start, each free at first, and a server returns at its
+// holder's hold_until finish). A shared lane therefore serves in ``seq`` order, not by ready
+// time, and a pool in ``seq`` order, not first come first served: with the durations the order
+// came from the result is the pass's own; with others it is an estimate (docs/model.md,
+// "Prediction ranges"). Writes start and finish (n each). Returns false, and nothing usable, when
+// the order does not fit the graph: not a permutation in dependency order, a barrier group, a
+// node on a pool lane, a return before its holder, or a pool with no server left.
+template <typename I>
+bool retimeWith(const GraphView &g, Span<const std::int64_t> seq, Span<const std::int64_t> pool_size,
+                Span<std::int64_t> start, Span<std::int64_t> finish) {
+    constexpr std::int64_t kLow = std::numeric_limits<std::int64_t>::min();
+    const std::size_t n = g.n(), L = g.numLanes();
+    if (seq.size != n || pool_size.size != L) return false;
+    std::vector<std::int64_t> srv_ptr(L + 1, 0);
+    for (std::size_t k = 0; k < L; ++k) srv_ptr[k + 1] = srv_ptr[k] + g.lane_servers[k];
+    std::vector<std::int64_t> free(static_cast<std::size_t>(srv_ptr[L]), 0);  // as the pass: lanes free at 0
+    std::vector<I> srv_last(static_cast<std::size_t>(srv_ptr[L]), -1), lane_last(L, -1);
+    std::vector<std::int64_t> pool_now(L, kLow);
+    std::vector<std::vector<std::int64_t>> pool(L);  // per pool: min-heap of the free servers' times
+    std::vector<char> pool_lane(L, 0), placed(n, 0);
+    std::vector<I> hold_ptr, hold_idx;
+    std::size_t holds = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (g.group[i] >= 0) return false;
+        const std::int32_t pl = g.hold_lane[i];
+        if (pl >= 0) {
+            ++holds;
+            if (!pool_lane[pl]) {
+                if (pool_size[pl] < 1) return false;
+                pool_lane[pl] = 1;
+                pool[pl].assign(static_cast<std::size_t>(pool_size[pl]), kLow);
+            }
+        }
+    }
+    for (std::size_t i = 0; i < n; ++i)
+        if (g.lane[i] >= 0 && pool_lane[g.lane[i]]) return false;
+    if (holds) {  // holders grouped by the node that returns their server
+        hold_ptr.assign(n + 1, 0);
+        for (std::size_t i = 0; i < n; ++i)
+            if (g.hold_lane[i] >= 0) ++hold_ptr[g.hold_until[i] + 1];
+        for (std::size_t i = 0; i < n; ++i) hold_ptr[i + 1] = static_cast<I>(hold_ptr[i + 1] + hold_ptr[i]);
+        hold_idx.resize(holds);
+        std::vector<I> fill(hold_ptr.begin(), hold_ptr.end() - 1);
+        for (std::size_t i = 0; i < n; ++i)
+            if (g.hold_lane[i] >= 0) hold_idx[fill[g.hold_until[i]]++] = static_cast<I>(i);
+    }
+    const auto launch = static_cast<std::uint8_t>(DepKind::Launch);
+    const auto stream = static_cast<std::uint8_t>(DepKind::Stream);
+    const auto later = std::greater<std::int64_t>();
+    for (std::size_t k = 0; k < n; ++k) {
+        const std::int64_t i = seq[k];
+        if (i < 0 || static_cast<std::size_t>(i) >= n || placed[i]) return false;
+        std::int64_t t = g.release[i];
+        const std::int32_t ln = g.lane[i];
+        const bool shared = ln >= 0 && g.lane_shared[ln];
+        const bool single = ln >= 0 && !shared && srv_ptr[ln + 1] - srv_ptr[ln] == 1;
+        bool explicitStream = false;
+        for (std::int64_t e = g.dep_ptr[i]; e < g.dep_ptr[i + 1]; ++e) {
+            const std::int64_t src = g.dep_src[e];
+            if (!placed[src]) return false;
+            const std::int64_t c = (g.dep_kind[e] == launch ? start[src] : finish[src]) + g.dep_lag[e];
+            if (c > t) t = c;
+            if (single && g.dep_kind[e] == stream && src == srv_last[srv_ptr[ln]]) explicitStream = true;
+        }
+        std::int64_t best = -1;
+        if (ln >= 0) {
+            best = srv_ptr[ln];
+            for (std::int64_t sv = srv_ptr[ln] + 1; sv < srv_ptr[ln + 1]; ++sv)
+                if (free[sv] < free[best]) best = sv;
+        }
+        if (ln >= 0 && !shared && !explicitStream) {
+            if (free[best] > t) t = free[best];
+            const std::int64_t prev = lane_last[ln];
+            if (prev >= 0 && start[prev] > t) t = start[prev];
+        }
+        const std::int32_t pl = g.hold_lane[i];
+        if (pl >= 0) {
+            std::vector<std::int64_t> &h = pool[pl];
+            if (h.empty()) return false;
+            if (t < pool_now[pl]) t = pool_now[pl];
+            pool_now[pl] = t;
+            std::pop_heap(h.begin(), h.end(), later);
+            if (h.back() > t) t = h.back();
+            h.pop_back();
+        }
+        if (shared && free[best] > t) t = free[best];
+        start[i] = t;
+        finish[i] = t + g.dur[i];
+        placed[i] = 1;
+        if (ln >= 0) {
+            if (finish[i] > free[best]) free[best] = finish[i];
+            srv_last[best] = static_cast<I>(i);
+            lane_last[ln] = static_cast<I>(i);
+        }
+        if (holds)
+            for (I h = hold_ptr[i]; h < hold_ptr[i + 1]; ++h) {
+                const std::int64_t a = hold_idx[h];
+                if (!placed[a]) return false;
+                std::vector<std::int64_t> &p = pool[g.hold_lane[a]];
+                p.push_back(std::max(finish[i], start[a]));
+                std::push_heap(p.begin(), p.end(), later);
+            }
+    }
+    return true;
+}
+
 }  // namespace detail
+
+// Re-time in a given placement order (detail::retimeWith); false when the order does not fit.
+inline bool retimeView(const GraphView &g, Span<const std::int64_t> seq, Span<const std::int64_t> pool_size,
+                       Span<std::int64_t> start, Span<std::int64_t> finish) {
+    if (start.size != g.n() || finish.size != g.n()) return false;
+    return detail::fitsInt32(g) ? detail::retimeWith<std::int32_t>(g, seq, pool_size, start, finish)
+                                : detail::retimeWith<std::int64_t>(g, seq, pool_size, start, finish);
+}
 
 // ---------------------------------------------------------------------------------------------
 // The algorithms over views (checkView(g) must have passed).
