@@ -387,6 +387,24 @@ Outcome issueOrder(const GraphView &g, const Groups<I> &gr, Span<std::int64_t> i
     return out;
 }
 
+// The holders of pool servers, grouped by the node that returns their server (CSR: ptr n + 1,
+// idx); both stay empty without holds.
+template <typename I>
+void holdsByReturner(const GraphView &g, std::vector<I> &ptr, std::vector<I> &idx) {
+    const std::size_t n = g.n();
+    std::size_t holds = 0;
+    for (std::size_t i = 0; i < n; ++i) holds += g.hold_lane[i] >= 0;
+    if (!holds) return;
+    ptr.assign(n + 1, 0);
+    for (std::size_t i = 0; i < n; ++i)
+        if (g.hold_lane[i] >= 0) ++ptr[g.hold_until[i] + 1];
+    for (std::size_t i = 0; i < n; ++i) ptr[i + 1] = static_cast<I>(ptr[i + 1] + ptr[i]);
+    idx.resize(holds);
+    std::vector<I> fill(ptr.begin(), ptr.end() - 1);
+    for (std::size_t i = 0; i < n; ++i)
+        if (g.hold_lane[i] >= 0) idx[fill[g.hold_until[i]]++] = static_cast<I>(i);
+}
+
 // The state of one event-driven pass (the numba engine's _schedule and its helpers).
 template <typename I>
 class Pass {
@@ -411,19 +429,7 @@ class Pass {
         for (std::size_t i = 0; i < n_; ++i)
             pending_[gr.rep(static_cast<std::int64_t>(i))] =
                 static_cast<I>(pending_[gr.rep(static_cast<std::int64_t>(i))] + (g.dep_ptr[i + 1] - g.dep_ptr[i]));
-        // holds, grouped by the node that returns them (nothing is stored without holds)
-        std::size_t holds = 0;
-        for (std::size_t i = 0; i < n_; ++i) holds += g.hold_lane[i] >= 0;
-        if (holds) {
-            hold_ptr_.assign(n_ + 1, 0);
-            for (std::size_t i = 0; i < n_; ++i)
-                if (g.hold_lane[i] >= 0) ++hold_ptr_[g.hold_until[i] + 1];
-            for (std::size_t i = 0; i < n_; ++i) hold_ptr_[i + 1] = static_cast<I>(hold_ptr_[i + 1] + hold_ptr_[i]);
-            hold_idx_.resize(holds);
-            std::vector<I> fill(hold_ptr_.begin(), hold_ptr_.end() - 1);
-            for (std::size_t i = 0; i < n_; ++i)
-                if (g.hold_lane[i] >= 0) hold_idx_[fill[g.hold_until[i]]++] = static_cast<I>(i);
-        }
+        holdsByReturner(g, hold_ptr_, hold_idx_);
         for (std::size_t i = 0; i < n_; ++i) {
             s_.start[i] = 0;
             s_.finish[i] = 0;
@@ -785,12 +791,10 @@ bool retimeWith(const GraphView &g, Span<const std::int64_t> seq, Span<const std
     std::vector<std::vector<std::int64_t>> pool(L);  // per pool: min-heap of the free servers' times
     std::vector<char> pool_lane(L, 0), placed(n, 0);
     std::vector<I> hold_ptr, hold_idx;
-    std::size_t holds = 0;
     for (std::size_t i = 0; i < n; ++i) {
         if (g.group[i] >= 0) return false;
         const std::int32_t pl = g.hold_lane[i];
         if (pl >= 0) {
-            ++holds;
             if (!pool_lane[pl]) {
                 if (pool_size[pl] < 1) return false;
                 pool_lane[pl] = 1;
@@ -800,16 +804,7 @@ bool retimeWith(const GraphView &g, Span<const std::int64_t> seq, Span<const std
     }
     for (std::size_t i = 0; i < n; ++i)
         if (g.lane[i] >= 0 && pool_lane[g.lane[i]]) return false;
-    if (holds) {  // holders grouped by the node that returns their server
-        hold_ptr.assign(n + 1, 0);
-        for (std::size_t i = 0; i < n; ++i)
-            if (g.hold_lane[i] >= 0) ++hold_ptr[g.hold_until[i] + 1];
-        for (std::size_t i = 0; i < n; ++i) hold_ptr[i + 1] = static_cast<I>(hold_ptr[i + 1] + hold_ptr[i]);
-        hold_idx.resize(holds);
-        std::vector<I> fill(hold_ptr.begin(), hold_ptr.end() - 1);
-        for (std::size_t i = 0; i < n; ++i)
-            if (g.hold_lane[i] >= 0) hold_idx[fill[g.hold_until[i]]++] = static_cast<I>(i);
-    }
+    holdsByReturner(g, hold_ptr, hold_idx);
     const auto launch = static_cast<std::uint8_t>(DepKind::Launch);
     const auto stream = static_cast<std::uint8_t>(DepKind::Stream);
     const auto later = std::greater<std::int64_t>();
@@ -858,7 +853,7 @@ bool retimeWith(const GraphView &g, Span<const std::int64_t> seq, Span<const std
             srv_last[best] = static_cast<I>(i);
             lane_last[ln] = static_cast<I>(i);
         }
-        if (holds)
+        if (!hold_ptr.empty())
             for (I h = hold_ptr[i]; h < hold_ptr[i + 1]; ++h) {
                 const std::int64_t a = hold_idx[h];
                 if (!placed[a]) return false;
