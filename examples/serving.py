@@ -48,7 +48,8 @@ copies that block their thread under CC block those threads, not the scheduler;
 ``--async-output`` (vLLM's asynchronous output processor) hands each step's outputs to an output
 thread that detokenizes them and writes the token markers while the scheduler runs the next
 step; ``--tp`` (under ``tracegen capture --nproc N`` or ``torchrun``) shards every layer over the
-ranks as Megatron-LM does, with two all-reduces per layer and one all-gather of the logits.
+ranks as Megatron-LM does, with two all-reduces per layer and one all-gather of the logits
+(with ``--cuda-graphs`` captured into the decode graphs, as vLLM and SGLang capture them).
 
 ``--multi-step N`` (vLLM's multi-step scheduling, ``--num-scheduler-steps``, v0.6.0): a decode-only
 step is scheduled and its inputs prepared and copied once, then the GPU runs N decode steps back
@@ -791,9 +792,6 @@ def check_args(args) -> str | None:
                 f"(--concurrency {args.concurrency})")
     if not 0 < args.range_ratio <= 1:
         return f"--range-ratio must be in (0, 1], got {args.range_ratio}"
-    if args.tp and args.cuda_graphs:
-        return ("--tp with --cuda-graphs: an emulated capture does not record collectives replayed from a CUDA "
-                "graph; run --tp with eager decode")
     if args.multi_step < 1:
         return f"--multi-step must be at least 1, got {args.multi_step}"
     if args.multi_step > 1 and args.overlap:

@@ -74,8 +74,11 @@ class Trace:
         return self
 
     def column(self, name: str) -> np.ndarray:
-        """A column as numpy (dictionary columns decoded to an object array of str/None)."""
+        """A column as numpy (dictionary columns decoded to an object array of str/None; a
+        fixed-width numeric column without nulls as a read-only view, :func:`as_numpy`)."""
         col = self.table.column(name)
+        if col.type in _NUMPY_OF:
+            return as_numpy(col)  # (no pandas import: pyarrow's converter would cost ~0.3 s of a replay)
         if pa.types.is_dictionary(col.type):
             col = col.cast(col.type.value_type)
         return col.to_numpy(zero_copy_only=False)

@@ -86,18 +86,22 @@ def capture_rank(script, script_args: Sequence[str], rank: int, world: int, *, d
     return select_steps(table, skip_steps, steps, launch_latency_ns=spec.launch_latency_ns)
 
 
-def _with_collectives(table: pa.Table, coll: dict[int, tuple[str, int, str, int]], rank: int) -> pa.Table:
+def _with_collectives(table: pa.Table, coll: dict[int, list[tuple[str, int, str, int]]], rank: int) -> pa.Table:
     """``table`` with the rank, its GPU's ordinal, and the coll_* fields of its collectives
-    (matched by the launch's correlation id)."""
+    (matched by the launch's correlation id; the collectives of one CUDA-graph launch share it and
+    take its list's entries in row order, which is their launch order: one stream, by start)."""
     cols = {name: table.column(name).to_pylist() for name in table.column_names}
     n = table.num_rows
     kinds = cols["kind"]
     cols["rank"] = [rank] * n
     cols["device"] = [-1 if d < 0 else rank for d in cols["device"]]  # LOCAL_RANK's GPU
     ctype, cbytes, cgroup, cseq = [None] * n, [0] * n, [None] * n, [-1] * n
+    taken: dict[int, int] = {}
     for i, (k, corr) in enumerate(zip(kinds, cols["correlation"])):
         if k == OpKind.COLLECTIVE.label:
-            ctype[i], cbytes[i], cgroup[i], cseq[i] = coll[corr]
+            j = taken.get(corr, 0)
+            taken[corr] = j + 1
+            ctype[i], cbytes[i], cgroup[i], cseq[i] = coll[corr][j]
     cols.update(coll_type=ctype, coll_bytes=cbytes, coll_group=cgroup, coll_seq=cseq)
     return make_table(cols)
 

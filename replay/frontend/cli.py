@@ -159,11 +159,12 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
     out["trace_source"] = {k: tr.metadata.get(k) for k in ("source_format", "gpu_model", "device_model", "trace_name")}
     if serving:
         out["serving"] = serving_metrics(rep.graph, rep.schedule)
-    out["setup"] = setup_report(setup_metrics(rep.graph, rep.schedule, windowed), ref, rep.result.makespan_ns, window)
+    mine = setup_metrics(rep.graph, rep.schedule, windowed)
+    out["setup"] = setup_report(mine, ref, rep.result.makespan_ns, window)
     if ref is not None:
         from replay.frontend.explain import run_summary
 
-        out["cc"] = run_summary(cc_facts, rep, protocol, windowed)
+        out["cc"] = run_summary(cc_facts, rep, protocol, windowed, setup=mine if rep.graph.n else None)
         out["reference"] = {"protocol": NONE, "makespan_ns": ref.makespan_ns}
         out["slowdown_vs_none"] = slowdown(rep.result.makespan_ns, ref.makespan_ns, JSON_DIGITS)
         if serving and out["serving"]["complete_requests"]:

@@ -85,8 +85,9 @@ class Facts:
     setup: dict[str, Any]
 
 
-def facts_of(rep, protocol: str, windowed: bool = False) -> Facts:
-    """:class:`Facts` of a :class:`replay.pipeline.run.Replay`."""
+def facts_of(rep, protocol: str, windowed: bool = False, setup: dict[str, Any] | None = None) -> Facts:
+    """:class:`Facts` of a :class:`replay.pipeline.run.Replay` (``setup``: its
+    :func:`~replay.pipeline.results.setup_metrics`, when the caller has them already)."""
     from replay.pipeline.results import setup_metrics
 
     g, s = rep.graph, rep.schedule
@@ -96,7 +97,7 @@ def facts_of(rep, protocol: str, windowed: bool = False) -> Facts:
     work[Category.BOUNCE_WAIT.label] += int(np.maximum(s.slot_wait, 0).sum())
     return Facts(protocol=protocol, makespan_ns=int(rep.result.makespan_ns),
                  critical_path_ns={k: int(v) for k, v in rep.result.critical_path_ns.items()}, work_ns=work,
-                 setup=setup_metrics(g, s, windowed) if g.n else {})
+                 setup=setup if setup is not None else setup_metrics(g, s, windowed) if g.n else {})
 
 
 def mechanisms(cc: Facts, ref: Facts) -> list[dict[str, Any]]:
@@ -172,10 +173,12 @@ def reference_with_facts(graph, protocol: str, model: str = DEFAULT_MODEL, prese
     return ref, {"none": none, "cc": cc}
 
 
-def run_summary(facts: Mapping[str, Facts | None], rep, protocol: str, windowed: bool = False) -> dict[str, Any]:
+def run_summary(facts: Mapping[str, Facts | None], rep, protocol: str, windowed: bool = False,
+                setup: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``cc`` part of ``replay run``'s report: what CC (:data:`CC_PROTOCOL`) adds by mechanism,
-    what ``protocol`` saves against it, and one line in plain words."""
-    mine = facts_of(rep, protocol, windowed)
+    what ``protocol`` saves against it, and one line in plain words (``setup``: the replay's
+    :func:`~replay.pipeline.results.setup_metrics`, when the caller has them already)."""
+    mine = facts_of(rep, protocol, windowed, setup)
     none, cc = facts["none"], facts.get("cc") or (mine if protocol == CC_PROTOCOL else None)
     if cc is None:  # no CC_PROTOCOL registered: explain the protocol's own cost
         cc = mine

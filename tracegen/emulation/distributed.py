@@ -13,12 +13,20 @@ backend through c10d's dispatcher ops; the backend records it on the rank's emul
   (one per process group, as ProcessGroupNCCL keeps one stream per communicator), which first
   waits for the work queued on the current stream (EVENT dependency, ProcessGroupNCCL's
   ``syncStream``), with ``coll_type``/``coll_bytes``/``coll_group``/``coll_seq``
-  (:data:`COLLECTIVE_FIELDS`, keyed by the launch's correlation id);
+  (:data:`COLLECTIVE_FIELDS`, keyed by the launch's correlation id: a list, in launch order, as one
+  graph launch may run several);
 * ``Work.wait()`` (what ``async_op=False`` calls) makes the current stream wait for it (EVENT, the
   host does not block); ``barrier()`` is a one-element all-reduce whose wait blocks the host
   (``cudaStreamSynchronize``), as ProcessGroupNCCL's barrier. DDP waits for its buckets through
   futures inside the autograd engine: when ``backward()`` returns, the current stream waits for
   every collective still unwaited (DDP's ``finalize_backward``).
+
+Inside a CUDA-graph capture (:mod:`tracegen.emulation.graphs`) a collective runs nothing: the host
+ops are recorded as above and the collective becomes a node of the graph (its type, bytes and
+group kept, no sequence number taken, no stream joined). Each replay of the graph runs the node
+on the replaying stream, with the launch's correlation id, and takes the group's next sequence
+number then (:meth:`RankState.graph_replayed`), as the ranks of a real job each replay their own
+graph of the same collectives in the same order, so the ranks' replays match one to one.
 
 Data never moves: tensors are meta, so a collective's result is its input (a broadcast from rank 0
 is not rank 0's value). Collectives on CPU tensors (a gloo group) are host work only.
@@ -46,7 +54,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fastrack_core.errors import CaptureError
 from fastrack_core.schema import OpKind
-from tracegen.emulation.timeline import Recorder
+from tracegen.emulation.timeline import CAPTURE_SYNC_ERROR, Recorder
 
 BACKEND = "fastrack_emulated"
 aten = torch.ops.aten
@@ -84,13 +92,27 @@ class RankState:
     rank: int
     world: int
     initialized: bool = False
-    coll: dict[int, tuple[str, int, str, int]] = field(default_factory=dict)  # correlation -> (type, bytes, group, seq)
+    # correlation -> [(type, bytes, group, seq)], in launch order (a graph launch may run several)
+    coll: dict[int, list[tuple[str, int, str, int]]] = field(default_factory=dict)
     seq: dict[str, int] = field(default_factory=dict)  # group -> next sequence number
     streams: dict[str, int] = field(default_factory=dict)  # group -> NCCL stream id
     unwaited: dict[int, int] = field(default_factory=dict)  # consumer stream -> last collective op not yet waited
     rec: Recorder | None = None
     works: list = field(default_factory=list)  # every Work handed to C++ (DDP's reducer keeps them past Python)
+    graph_collectives: int = 0  # collectives run by CUDA-graph replays
 
+    def next_seq(self, group: str) -> int:
+        """The group's next collective sequence number (taken)."""
+        seq = self.seq.get(group, 0)
+        self.seq[group] = seq + 1
+        return seq
+
+    def graph_replayed(self, node, correlation: int, op: int) -> None:
+        """A collective node of a CUDA graph ran as op ``op`` of the graph launch ``correlation``
+        (the recorder's ``graph_collective`` hook): it takes its group's next sequence number."""
+        self.coll.setdefault(correlation, []).append(
+            (node.coll_type, int(node.bytes), node.coll_group, self.next_seq(node.coll_group)))
+        self.graph_collectives += 1
 
     def keep(self, work: "_DoneWork") -> "_DoneWork":
         """Keep ``work`` alive for the whole capture: C++ callers (DDP's reducer) hold it without a
@@ -186,10 +208,23 @@ class EmulatedGroup(dist.ProcessGroup):
             finally:
                 rec.leave()
             return st.keep(_DoneWork(result, None))
+        dtype = next((t.dtype for t in tensors if isinstance(t, torch.Tensor)), torch.float32)
+        name = f"ncclDevKernel_{_KERNEL[ctype]}_{_DTYPE.get(dtype, 'u8')}_RING_LL"
+        if rec.graph_nodes is not None:  # CUDA-graph capture: a node of the graph, numbered at each replay
+            if block:  # barrier(): its host wait is a synchronising call, which CUDA refuses while capturing
+                raise RuntimeError(CAPTURE_SYNC_ERROR)
+            rec.enter()
+            try:
+                rec.host(OpKind.CPU, f"nccl:{ctype}", rec.spec.aten_op_host_ns)
+                rt = rec.runtime("cudaLaunchKernel", rec.spec.launch_kernel_ns)
+                rec.gpu(OpKind.COLLECTIVE, name, collective_ns(ctype, nbytes, self._world_), rt, nbytes=nbytes,
+                        coll=(ctype, self._name))
+            finally:
+                rec.leave()
+            return st.keep(_DoneWork(result, None))
         rec.enter()
         try:
-            seq = st.seq.get(self._name, 0)
-            st.seq[self._name] = seq + 1
+            seq = st.next_seq(self._name)
             stream = st.streams.get(self._name)
             if stream is None:
                 stream = st.streams[self._name] = rec.new_stream_id()
@@ -199,11 +234,9 @@ class EmulatedGroup(dist.ProcessGroup):
                 rec.stream_ready[stream] = max(rec.stream_ready.get(stream, 0), rec.stream_free.get(current, 0))
             rec.host(OpKind.CPU, f"nccl:{ctype}", rec.spec.aten_op_host_ns)
             rt = rec.runtime("cudaLaunchKernel", rec.spec.launch_kernel_ns)
-            dtype = next((t.dtype for t in tensors if isinstance(t, torch.Tensor)), torch.float32)
-            name = f"ncclDevKernel_{_KERNEL[ctype]}_{_DTYPE.get(dtype, 'u8')}_RING_LL"
             op = rec.gpu(OpKind.COLLECTIVE, name, collective_ns(ctype, nbytes, self._world_), rt, stream=stream,
                          nbytes=nbytes)
-            st.coll[rec.ops[rt].correlation] = (ctype, int(nbytes), self._name, seq)
+            st.coll.setdefault(rec.ops[rt].correlation, []).append((ctype, int(nbytes), self._name, seq))
             st.unwaited[current] = op
         finally:
             rec.leave()
@@ -463,6 +496,7 @@ def emulated_rank(rec: Recorder, rank: int, world: int) -> Iterator[RankState]:
         return out
 
     _STATE.append(st)
+    saved_hook, rec.graph_collective = rec.graph_collective, st.graph_replayed
     undo_devices = _rank_devices(rank, world)
     undo_fsdp = _refuse_fsdp()
     dist.init_process_group = init_process_group
@@ -484,6 +518,7 @@ def emulated_rank(rec: Recorder, rank: int, world: int) -> Iterator[RankState]:
     try:
         yield st
     finally:
+        rec.graph_collective = saved_hook
         undo_devices()
         undo_fsdp()
         dist.Reducer._rebuild_buckets = original_rebuild

@@ -9,6 +9,8 @@
   graph's kernels, copies and memsets on the current stream, in capture order, each with a
   ``launch`` dependency on that one call (the replay's CC model charges one encrypted submission
   per launching call: ``replay/protocols/submit.py``).
+* A collective captured on a ``--nproc`` rank is a node too: each replay records it again, with
+  its process group's next sequence number (:mod:`tracegen.emulation.distributed`).
 * ``torch.cuda.make_graphed_callables`` is PyTorch's own, running on these.
 
 Approximation: a graph whose capture forked work onto other streams replays on one stream, in

@@ -54,7 +54,9 @@ class _Op:
 @dataclass(frozen=True)
 class GraphNode:
     """A GPU op recorded into a CUDA graph during stream capture (its duration before the
-    what-if speed factors, applied when the graph is launched)."""
+    what-if speed factors, applied when the graph is launched). A collective node (``kind``
+    ``COLLECTIVE``, from :mod:`tracegen.emulation.distributed`) also keeps its type and process
+    group: each launch of the graph gives it the group's next sequence number."""
 
     kind: OpKind
     name: str
@@ -62,6 +64,8 @@ class GraphNode:
     bytes: int = 0
     copy_dir: CopyDir = CopyDir.NONE
     host_mem: HostMem = HostMem.NONE
+    coll_type: str | None = None
+    coll_group: str | None = None
 
 
 CAPTURE_SYNC_ERROR = ("CUDA error: operation not permitted when stream is capturing "
@@ -162,6 +166,9 @@ class Recorder:
         self.nvtx_stack: list[str] = []  # open torch.cuda.nvtx ranges (tracegen.emulation.nvtx)
         self.nvtx_range_ids = 0
         self.graph_capture_stream = None  # torch.cuda.graph's side stream (tracegen.emulation.graphs)
+        # called as (node, correlation, op) for each collective node a graph launch runs (set by
+        # tracegen.emulation.distributed for a --nproc rank)
+        self.graph_collective = None
 
     # -- the calling thread's host state (tracegen.emulation.threads) -----------------------
     def state(self) -> HostState:
@@ -284,9 +291,13 @@ class Recorder:
         return self._next_stream
 
     def gpu(self, kind: OpKind, name: str, dur: int, launch: int, *, stream: int | None = None,
-            nbytes: int = 0, copy_dir: CopyDir = CopyDir.NONE, host_mem: HostMem = HostMem.NONE) -> int:
+            nbytes: int = 0, copy_dir: CopyDir = CopyDir.NONE, host_mem: HostMem = HostMem.NONE,
+            coll: tuple[str, str] | None = None) -> int:
+        """A GPU op launched by runtime op ``launch``; during stream capture a node of the graph
+        instead (``coll``: a collective's type and group, kept on its node)."""
         if self.graph_nodes is not None:  # stream capture: into the graph, nothing runs
-            self.graph_nodes.append(GraphNode(kind, name, int(dur), int(nbytes), copy_dir, host_mem))
+            ctype, group = coll if coll is not None else (None, None)
+            self.graph_nodes.append(GraphNode(kind, name, int(dur), int(nbytes), copy_dir, host_mem, ctype, group))
             return -1
         s = self.stream_id() if stream is None else stream
         lop = self.ops[launch]
@@ -429,7 +440,8 @@ class Recorder:
 
     def graph_launch(self, nodes: list[GraphNode], call_ns: int) -> int:
         """``cudaGraphLaunch``: one runtime call on the host launching every node, in capture
-        order, on the current stream (each with a ``launch`` dependency on that one call)."""
+        order, on the current stream (each with a ``launch`` dependency on that one call). Each
+        collective node is handed to :attr:`graph_collective`, which numbers it."""
         if self.graph_nodes is not None:
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing "
                                "(a graph launch inside a capture)")
@@ -438,8 +450,13 @@ class Recorder:
             rt = self.runtime("cudaGraphLaunch", call_ns)
             s = self.stream_id()
             for n in nodes:
-                self.gpu(n.kind, n.name, n.dur, rt, stream=s, nbytes=n.bytes, copy_dir=n.copy_dir,
-                         host_mem=n.host_mem)
+                op = self.gpu(n.kind, n.name, n.dur, rt, stream=s, nbytes=n.bytes, copy_dir=n.copy_dir,
+                              host_mem=n.host_mem)
+                if n.coll_type is not None:
+                    if self.graph_collective is None:
+                        raise RuntimeError("a CUDA graph with a collective was launched outside the rank "
+                                           "that captured it")
+                    self.graph_collective(n, self.ops[rt].correlation, op)
             return rt
         finally:
             self.leave()
