@@ -18,19 +18,23 @@ from functools import lru_cache
 import pyarrow as pa
 
 
-@lru_cache(maxsize=1)
-def _malloc_trim():
-    """glibc's ``malloc_trim``, or None (another C library or system)."""
+def _glibc(name: str, argtypes: list):
+    """glibc's function ``name`` (returning int), or None (another C library or system)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        fn = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    fn.argtypes = argtypes
+    fn.restype = ctypes.c_int
+    return fn
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None."""
+    return _glibc("malloc_trim", [ctypes.c_size_t])
 
 
 # glibc's mallopt parameters (<malloc.h>) and the value given to both by :func:`keep_freed_heap`
@@ -40,17 +44,8 @@ HEAP_THRESHOLD_BYTES = 1 << 30  # 1 GiB: above any one array of a 1M-op replay (
 
 @lru_cache(maxsize=1)
 def _mallopt():
-    """glibc's ``mallopt``, or None (another C library or system)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        opt = libc.mallopt
-    except (OSError, AttributeError):
-        return None
-    opt.argtypes = [ctypes.c_int, ctypes.c_int]
-    opt.restype = ctypes.c_int
-    return opt
+    """glibc's ``mallopt``, or None."""
+    return _glibc("mallopt", [ctypes.c_int, ctypes.c_int])
 
 
 def keep_freed_heap() -> bool:
