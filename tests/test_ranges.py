@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from fastrack_core.errors import ConfigError
@@ -237,6 +238,60 @@ def test_the_range_study_replays_what_the_pipeline_replays(tmp_path):
         assert reads and same_schedule_inputs(g, rep.graph) and makespan_of(g) == rep.result.makespan_ns
         d = RangeStudy(graph).protocol_range(protocol)  # nothing given: recomputed
         assert d["ranges"]["makespan_ns"] == rep.result.makespan_ns and not d["ranges"]["notes"]
+
+
+def test_an_adopted_replay_is_neither_transformed_nor_scheduled_again(tmp_path, monkeypatch):
+    # replay --ranges and compare --ranges hand the study their own replays (none and the
+    # protocol, their transforms' reads recorded): the study's report is the one it computes on
+    # its own, without transforming or scheduling either preset point again
+    import replay.pipeline.ranges as R
+    from replay.pipeline.run import load_graph, replay_graph
+
+    graph, _ = load_graph(write(tmp_path / "t.parquet", _launches(4) + _shifted(_big_copy(8 << 20), 9, 50_000)))
+    own = R.RangeStudy(graph).protocol_range("baseline")
+    study = R.RangeStudy(graph)
+    reps = {p: replay_graph(graph, p, track_reads=True) for p in ("none", "baseline")}
+    assert reps["baseline"].reads and "submit.kernel_ns" in reps["baseline"].reads
+    assert replay_graph(graph, "baseline").reads is None  # (recorded only when asked for)
+    for p, rep in reps.items():
+        study.adopt(p, rep)
+    calls = []
+    real_side = R.RangeStudy._side
+    monkeypatch.setattr(R.RangeStudy, "_side", lambda self, *a, **k: calls.append(a[0]) or real_side(self, *a, **k))
+    adopted = study.protocol_range("baseline")
+    assert calls == [] and adopted == own
+    # an adopted protocol is used once; a replay without recorded reads is not adopted
+    study.protocol_range("baseline")
+    assert calls == ["baseline"]
+    fresh = R.RangeStudy(graph)
+    fresh.adopt("none", replay_graph(graph, "none"))
+    assert fresh._none is None
+
+
+def test_a_channel_count_is_re_priced_as_lane_sizes(tmp_path):
+    # ce.secure_channels_per_direction sets the servers of the secure-channel lanes and of the
+    # channel locks: re-priced (the same graph with those lanes resized, the full transform's
+    # lanes exactly), and under none, whose graph uses no such lane, the same schedule
+    from replay.pipeline.ranges import same_schedule_inputs
+    from replay.pipeline.reprice import Repricer
+    from replay.plugins import load_protocol
+
+    graph = _graph_of(tmp_path, "random")
+    cls = _h100()
+    hw, hw2 = cls.from_preset(), cls.from_preset(None, ["ce.secure_channels_per_direction=2"])
+    for protocol in ("baseline", "none"):
+        transform = load_protocol(protocol)
+        g0 = transform(graph, hw)
+        rp = Repricer(graph, g0, protocol, transform, hw)
+        g2 = rp.at(hw2)
+        full = transform(graph, hw2)
+        assert g2 is not None and same_schedule_inputs(g2, full)
+        assert np.array_equal(g2.lanes.servers, full.lanes.servers)
+        assert np.array_equal(g2.lanes.max_servers, full.lanes.max_servers)
+        resized = g2.lanes.servers != g0.lanes.servers
+        assert resized.any()  # (both directions' channel lanes, and the locks where there are)
+        assert rp.unchanged(g2) == (protocol == "none")
+        assert same_schedule_inputs(g2, g0) == (protocol == "none")
 
 
 @pytest.mark.parametrize("protocol", ["none", "captured"])

@@ -4,6 +4,7 @@
 
     python benchmarks/speed/bench_ranges.py [--ops 1000000] [--protocol baseline] [--seed 0]
 
+0. Byte-compiles the project's packages first (``--no-compile`` skips it), as bench_replay.py does.
 1. Generates ``tracegen synth random --ops N --seed S`` into ``benchmarks/out/`` unless it is there
    (the trace bench_replay.py uses).
 2. Runs ``python -m replay.frontend.cli --protocol P TRACE --json`` (a single replay: the protocol
@@ -28,6 +29,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 OUT = ROOT / "benchmarks" / "out"
 TARGET = 3.0
+sys.path.insert(0, str(HERE))
+
+from bench_replay import byte_compile  # noqa: E402  (the same preparation as the replay benchmark)
 
 
 def _env() -> dict[str, str]:
@@ -66,7 +70,10 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=1_000_000)
     ap.add_argument("--protocol", default="baseline")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-compile", action="store_true", help="do not byte-compile the project's packages first")
     args = ap.parse_args()
+    if not args.no_compile:
+        byte_compile()
     trace = ensure_trace(args.ops, args.seed)
     base = [sys.executable, "-m", "replay.frontend.cli", "--protocol", args.protocol, str(trace), "--json"]
     single = measured(base)

@@ -185,8 +185,9 @@ class H100Model(TeeIoPrices, HardwareModel):
 
     # ---- re-pricing (replay/pipeline/reprice.py, an optional hook of the plug-in interface)
     #: parameters that only change what the pricing methods above return (durations and lags of
-    #: derived nodes), never which nodes and edges a protocol builds, except through a price turning
-    #: 0 or not (the re-pricer checks that); a range study re-prices a point that moves only these
+    #: derived nodes) or the servers of the lanes ``lane_specs`` sizes, never which nodes and edges a
+    #: protocol builds, except through a price turning 0 or not (the re-pricer checks that); a range
+    #: study re-prices a point that moves only these
     repriced_parameters = frozenset({
         "pcie.h2d_bandwidth_gb_s", "pcie.d2h_bandwidth_gb_s", "pcie.latency_ns",
         "cpu_crypto.call_bytes", "cpu_crypto.call_overhead_ns", "cpu_crypto.core_gb_s",
@@ -194,6 +195,7 @@ class H100Model(TeeIoPrices, HardwareModel):
         "submit.kernel_ns", "submit.copy_ns", "submit.memset_ns", "submit.collective_ns", "submit.crossing_ns",
         "submit.segment_bytes", "submit.wlc_push_bytes", "submit.semaphore_bytes",
         "tee.exit_ns", "tee.exits_per_push", "tee.exits_per_wait", "tee.host_work_ratio", "bounce.max_slots",
+        "ce.secure_channels_per_direction",
     })
 
     # ---- pool, threads, direct rule

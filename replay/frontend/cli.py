@@ -137,14 +137,18 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
         from replay.frontend.explain import reference_with_facts  # (the reference and the plain-words summary)
 
         ref, cc_facts = reference_with_facts(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops,
-                                             scales=scales, serving=serving, setup=True, windowed=windowed)
+                                             scales=scales, serving=serving, setup=True, windowed=windowed,
+                                             keep=ranges)
         release_free_memory()  # (the reference's pages, before the protocol's transform allocates)
-    prep = prepare(graph, protocol, model, preset, overrides, scales)
+    prep = prepare(graph, protocol, model, preset, overrides, scales, track_reads=ranges)
     study = None
     if ranges:  # (keeps the trace graph: every range point re-transforms it; replay/pipeline/ranges.py)
         from replay.pipeline.ranges import RangeStudy
 
         study = RangeStudy(graph, model, preset, overrides, scales, reference=ref is not None)
+        if ref is not None and ref.kept is not None:
+            study.adopt(NONE, ref.kept)  # (the reference's replay: not transformed and scheduled again)
+            ref.kept = None
     del graph
     release_free_memory()  # (the trace graph's pages, before the schedule allocates)
     rep = replay_prepared(prep, trace_ops=tr.num_ops)
@@ -171,6 +175,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
         if serving and out["serving"]["complete_requests"]:
             out["serving"]["overhead_vs_none"] = overhead(out["serving"], ref.serving)
     if study is not None:
+        study.adopt(protocol, rep)
         out.update(study.protocol_range(protocol, rep.result.makespan_ns, None if ref is None else ref.makespan_ns,
                                         rep.graph, rep.schedule))
         del study

@@ -60,11 +60,13 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
 
         study = RangeStudy(graph, model, preset, overrides, scales, reference=True)
     for p in dict.fromkeys([NONE, *protocols]):
-        rep = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops, scales=scales)
+        rep = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops, scales=scales,
+                           track_reads=study is not None)
         results[p] = rep.result
         if serving:
             served[p] = serving_metrics(rep.graph, rep.schedule)
         if study is not None:
+            study.adopt(p, rep)  # (the study's preset point of p: no transform or schedule repeated)
             spans[p] = study.protocol_range(p, rep.result.makespan_ns, results[NONE].makespan_ns, rep.graph,
                                             rep.schedule)
         del rep  # (its graph and schedule are not needed while the next protocol replays)

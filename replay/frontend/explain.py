@@ -151,20 +151,22 @@ def pct(x: float | None, sign: bool = True) -> str:
 def reference_with_facts(graph, protocol: str, model: str = DEFAULT_MODEL, preset: str | None = None,
                          overrides: Sequence[str] = (), trace_ops: int | None = None,
                          scales: Mapping[str, float] | None = None, serving: bool = False, setup: bool = False,
-                         windowed: bool = False):
+                         windowed: bool = False, keep: bool = False):
     """``replay run``'s reference replay (what :func:`replay.pipeline.run.replay_reference` returns)
     and the :class:`Facts` the plain-words summary needs: those of :data:`~replay.names.NONE` and,
     when ``protocol`` is not :data:`CC_PROTOCOL` itself, of :data:`CC_PROTOCOL` (one more replay;
     None when no such protocol is registered, or when the graph has more than
-    :data:`SUMMARY_MAX_NODES` nodes: then the summary explains ``protocol``'s own overhead)."""
+    :data:`SUMMARY_MAX_NODES` nodes: then the summary explains ``protocol``'s own overhead).
+    ``keep``: the reference keeps its whole replay (``kept``, with the parameters its transform
+    read), for a range study to adopt."""
     from replay.plugins import available_protocols
     from replay.pipeline.run import Reference, replay_graph
     from replay.pipeline.serving import serving_metrics
 
-    rep = replay_graph(graph, NONE, model, preset, overrides, trace_ops=trace_ops, scales=scales)
+    rep = replay_graph(graph, NONE, model, preset, overrides, trace_ops=trace_ops, scales=scales, track_reads=keep)
     none = facts_of(rep, NONE, windowed)
     ref = Reference(makespan_ns=rep.result.makespan_ns, serving=serving_metrics(rep.graph, rep.schedule)
-                    if serving else None, setup=none.setup if setup else None)
+                    if serving else None, setup=none.setup if setup else None, kept=rep if keep else None)
     del rep
     cc = None
     if protocol != CC_PROTOCOL and CC_PROTOCOL in available_protocols() and graph.n <= SUMMARY_MAX_NODES:

@@ -17,7 +17,8 @@ the re-pricer knows, re-prices the preset's transformed graph (:mod:`replay.pipe
 and re-times it in the placement order of the preset's schedule
 (:func:`replay.pipeline.engine.retime`: an estimate, since a shared lane keeps its order); any
 other point is a new protocol transform and a schedule (the ``none`` reference's points likewise,
-shared by every protocol of a study). Every point that decides an end of a range and is still an
+shared by every protocol of a study). The preset points themselves are the caller's replays
+where it hands them over (:meth:`RangeStudy.adopt`). Every point that decides an end of a range and is still an
 estimate is then scheduled, so the ends are always schedules. Points are skipped, exactly,
 where they cannot change the result:
 
@@ -46,7 +47,7 @@ from replay.plugins import DEFAULT_MODEL
 
 # The decision (docs/model.md "Prediction ranges"): ranges cost one evaluation per point, about
 # 2 x (ranged parameters the protocol reads) + 4 (most re-priced and re-timed, the structure ones
-# re-transformed and scheduled), some 4.7x a single replay at 1M ops, so they are asked for
+# re-transformed and scheduled), some 6x a single replay at 1M ops, so they are asked for
 # (``--ranges``), not on by default.
 RANGES_DEFAULT = False
 
@@ -144,9 +145,18 @@ def schedule_inputs(graph: OpGraph) -> tuple[np.ndarray, ...]:
 
 
 def same_schedule_inputs(a: OpGraph, b: OpGraph) -> bool:
-    if a.n != b.n or a.dep_src.size != b.dep_src.size:
+    """Whether ``a`` and ``b`` have the same schedule because the engine reads the same from both:
+    every array, except that a lane no node runs on or holds may differ in size."""
+    if a.n != b.n or a.dep_src.size != b.dep_src.size or len(a.lanes) != len(b.lanes):
         return False
-    return all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(schedule_inputs(a), schedule_inputs(b)))
+    xa, xb = schedule_inputs(a), schedule_inputs(b)
+    sizes = (0, 2)  # (lane servers and maximum servers: compared where a node uses the lane)
+    if not all(x.shape == y.shape and np.array_equal(x, y) for k, (x, y) in enumerate(zip(xa, xb)) if k not in sizes):
+        return False
+    used = np.zeros(len(a.lanes), bool)
+    used[a.lane[a.lane >= 0]] = True
+    used[a.hold_lane[a.hold_lane >= 0]] = True  # (a.lane and a.hold_lane equal b's here)
+    return all(np.array_equal(xa[k][used], xb[k][used]) for k in sizes)
 
 
 def makespan_of(graph: OpGraph, sched=None) -> int:
@@ -228,6 +238,24 @@ class RangeStudy:
         self.fixed_by_set = list(hw._preset.fixed_by_set)
         self._graph = scale_durations(graph, check_scales(scales))
         self._none: _Side | None = None
+        self._adopted: dict[str, _Side] = {}  # a protocol's preset point, from the caller's replay (adopt)
+
+    def adopt(self, protocol: str, rep) -> None:
+        """Take the caller's own replay of ``protocol`` at the preset (a
+        :class:`replay.pipeline.run.Replay` of this study's graph, model, preset, overrides and
+        scales, whose transform recorded its reads: ``replay_graph(..., track_reads=True)``) as that
+        protocol's preset point, so the study neither transforms nor schedules it again. ``none``'s
+        is kept as the reference of every protocol; another protocol's is used by its next
+        :meth:`protocol_range` and then released. A replay without recorded reads is ignored."""
+        if protocol == CAPTURED or getattr(rep, "reads", None) is None:
+            return
+        side = _Side(protocol, rep.graph, set(rep.reads), hw=self._cls.from_preset(self.preset, self.overrides))
+        side.placement = (rep.schedule.order, rep.schedule.lane_servers)
+        side.makespan[()] = makespan_of(rep.graph, rep.schedule)
+        if protocol == NONE:
+            self._none = side
+        else:
+            self._adopted[protocol] = side
 
     # ---- points
     def _model_at(self, values: Mapping[str, Any]):
@@ -278,9 +306,7 @@ class RangeStudy:
             repriced = g is not None
             if repriced:
                 side.repriced += 1
-                base = side.base_graph  # (same nodes and edges: only durations and lags can differ)
-                unchanged = (np.array_equal(g.dur, base.dur) and np.array_equal(g.dep_lag, base.dep_lag)
-                             and g.lanes is base.lanes)
+                unchanged = rp.unchanged(g)  # (same nodes and edges: durations, lags, lane sizes may differ)
             else:
                 g = load_protocol(side.protocol)(self._graph, hw)
                 unchanged = same_schedule_inputs(g, side.base_graph)
@@ -309,6 +335,8 @@ class RangeStudy:
             side.placement = (s0.order, s0.lane_servers)
             del s0
         order, servers = side.placement
+        if getattr(g, "_servers_changed", False):
+            return None  # (more or fewer servers on a lane: the preset's placement order does not carry over)
         g.validate()
         out = retime(g, order, servers)
         return None if out is None else _Times(*out)
@@ -337,7 +365,7 @@ class RangeStudy:
         if protocol in (CAPTURED, NONE):
             return {"makespan_range_ns": None, "slowdown_range": None, "range_driver": None,
                     "ranges": {"note": NO_RANGE_NOTE.format(protocol=protocol)}}
-        side = self._side(protocol, base_graph, makespan_ns, base_schedule)
+        side = self._adopted.pop(protocol, None) or self._side(protocol, base_graph, makespan_ns, base_schedule)
         ref = None
         if self.reference:
             if self._none is None:

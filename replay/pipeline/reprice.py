@@ -21,7 +21,10 @@ labels of replay/protocols/kinds.py) and the model's pricing methods:
   ``cpu_decrypt_ns``, ``staging_copy_ns``), PCIe (``pcie_ns``) and the CE operation
   (``ce_crypto_ns``); the crossing and completion waits (``crossing_ns``, ``completion_ns``);
   the completion lags of the chunks (latency, one page of CE time, one page at PCIe rate); traced
-  host work times ``host_work_ratio``; the bounce pools' maximum size (``bounce_max_slots``).
+  host work times ``host_work_ratio``; the bounce pools' maximum size (``bounce_max_slots``);
+* both families: the servers of the lanes the model's ``lane_specs`` sizes (the secure-channel
+  lanes of both directions: ``ce.secure_channels_per_direction``) and of the channel locks, which
+  have as many as their direction's channel lane.
 
 A parameter is re-priced only when the model lists it (``model.repriced_parameters``, an optional
 hook: a model without it is always re-transformed) and the point keeps the structure: the same
@@ -76,6 +79,7 @@ class RepricedGraph(OpGraph):
     time range a replay can represent, and the whole graph where a lane changed too."""
 
     _lanes_changed: bool = False
+    _servers_changed: bool = False  # a lane's initial servers changed (a channel count): not re-timed
 
     def validate(self) -> None:
         if self._lanes_changed or np.any(self.dur < 0):
@@ -108,6 +112,7 @@ class Repricer:
         if self.family == "cc" and not self._submission_layout(hw0):
             return
         self._index(pre)
+        self._size_lanes(hw0)
         dur, lag, top = self._prices(hw0)
         if not (np.array_equal(dur, g0.dur) and np.array_equal(lag, g0.dep_lag)
                 and np.array_equal(top, self._top0)):
@@ -171,6 +176,57 @@ class Repricer:
         self._landed = data[from_pcie & ~h2d]
         self._ce_out, self._ce_out_page = data[from_ce], page[from_ce]
         self._zero = data[~(from_pcie | from_ce)]
+
+    # ---- lane sizes (the lanes a parameter sizes: the model's resource lanes and the channel locks)
+    def _size_lanes(self, hw0) -> None:
+        """Find the lanes whose servers a parameter sets and that a node uses: every lane of a type
+        the model's ``lane_specs`` sizes (``ce.secure_channels_per_direction`` for both directions'
+        secure-channel lanes, ...) and each channel lock (a BOUNCE_POOL of a lock key: as many
+        servers as its rank's channel lane of that direction, replay/protocols/cc.py). Checked at
+        the preset: where this rule does not give the graph's own sizes, a point that changes a
+        size is re-transformed. Which lanes a node uses or holds is kept too (:meth:`unchanged`)."""
+        g = self.g0
+        lanes = g.lanes
+        used = np.zeros(len(lanes), bool)
+        used[g.lane[g.lane >= 0]] = True
+        used[g.hold_lane[g.hold_lane >= 0]] = True
+        self._used = used
+        specs = getattr(hw0, "lane_specs", None)
+        self._spec_types = () if specs is None else tuple(sorted({int(t) for t, _, _ in specs()}))
+        self._sized = np.flatnonzero(np.isin(lanes.type, self._spec_types)).astype(np.int64)
+        from replay.protocols.cc import LOCK_KEYS  # (the lock pools' keys, where the protocol makes them)
+
+        locks = np.flatnonzero((lanes.type == LaneType.BOUNCE_POOL) & np.isin(lanes.key, list(LOCK_KEYS.values())))
+        channel_key = {v: (0 if h2d else 1) for h2d, v in LOCK_KEYS.items()}  # (GPU_CRYPTO key 0: H2D, 1: D2H)
+        self._lock_channel = lanes.find_many(lanes.rank[locks].astype(np.int64), LaneType.GPU_CRYPTO, 0) \
+            if locks.size else np.zeros(0, np.int32)
+        if locks.size:
+            d2h = np.array([channel_key[int(k)] == 1 for k in lanes.key[locks]], bool)
+            if d2h.any():
+                self._lock_channel[d2h] = lanes.find_many(lanes.rank[locks[d2h]].astype(np.int64), LaneType.GPU_CRYPTO, 1)
+        self._locks = locks
+        self._sizes0 = self._sizes(hw0)
+        want = np.concatenate([lanes.servers[self._sized], lanes.servers[locks], lanes.max_servers[locks]])
+        have = None if self._sizes0 is None else np.concatenate([self._sizes0[0], self._sizes0[1], self._sizes0[1]])
+        self._sizes_ok = (have is not None and bool(np.all(self._lock_channel >= 0))
+                          and np.array_equal(want, have)
+                          and np.array_equal(lanes.max_servers[self._sized], lanes.servers[self._sized]))
+
+    def _spec_servers(self, hw) -> dict[int, int] | None:
+        specs = getattr(hw, "lane_specs", None)
+        return None if specs is None else {int(t): int(n) for t, _, n in specs()}
+
+    def _sizes(self, hw) -> tuple[np.ndarray, np.ndarray] | None:
+        """Servers under ``hw`` of the sized lanes and of the channel locks (None: no lane specs)."""
+        per = self._spec_servers(hw)
+        if per is None:
+            return None
+        lanes = self.g0.lanes
+        size = np.zeros(len(lanes), np.int32)
+        for t, n in per.items():
+            size[lanes.type == t] = n
+        lock = size[np.maximum(self._lock_channel, 0)] if self._locks.size else np.zeros(0, np.int32)
+        return size[self._sized], lock
 
     # ---- the push stages (CC): which derived nodes are which
     def _per_call(self, hw) -> tuple[np.ndarray, np.ndarray]:
@@ -279,21 +335,45 @@ class Repricer:
             top[self._pools] = max(1, int(hw.bounce_max_slots), int(hw.bounce_slots))
         return dur, lag, top
 
+    def unchanged(self, g: OpGraph) -> bool:
+        """Whether re-priced graph ``g`` has the preset graph's schedule: the same durations and
+        lags, and lanes that differ only where no node runs or holds (an unused lane's size)."""
+        g0 = self.g0
+        if not (np.array_equal(g.dur, g0.dur) and np.array_equal(g.dep_lag, g0.dep_lag)):
+            return False
+        a, b = g.lanes, g0.lanes
+        if a is b:
+            return True
+        differ = (a.servers != b.servers) | (a.max_servers != b.max_servers)
+        return not np.any(differ & self._used)
+
     def at(self, hw) -> OpGraph | None:
         """The graph the transform would build under ``hw``, or None when this graph or this
         point is not re-priced (the caller re-transforms)."""
         if not self.ok or not self._same_structure(hw):
             return None
+        sizes = self._sizes(hw)
+        resized = sizes is not None and not all(np.array_equal(a, b) for a, b in zip(sizes, self._sizes0))
+        if resized and not self._sizes_ok:
+            return None  # (a lane size this module cannot set: re-transform)
         dur, lag, top = self._prices(hw)
         lanes = self.g0.lanes
         changed = not np.array_equal(top, self._top0)
-        if changed:
-            lanes = dataclasses.replace(lanes, max_servers=top)
+        if changed or resized:
+            servers = lanes.servers
+            if resized:
+                servers, top = servers.copy(), top.copy()
+                for idx, size in zip((self._sized, self._locks), sizes):
+                    servers[idx] = size
+                    top[idx] = size
+            lanes = dataclasses.replace(lanes, servers=servers, max_servers=top)
         g0 = self.g0
         out = RepricedGraph(**{f.name: getattr(g0, f.name) for f in dataclasses.fields(g0)
                                if f.name not in ("dur", "dep_lag", "lanes")}, dur=dur, dep_lag=lag, lanes=lanes)
-        if changed:
+        if changed or resized:
             object.__setattr__(out, "_lanes_changed", True)
+        if resized:
+            object.__setattr__(out, "_servers_changed", True)
         return out
 
 

@@ -29,14 +29,16 @@ class Replay:
     result: ReplayResult
     graph: OpGraph
     schedule: Schedule
+    reads: set[str] | None = None  # the parameters the transform read, when recorded (prepare's track_reads)
 
 
 def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
                  overrides: Sequence[str] = (), trace_ops: int | None = None,
-                 scales: Mapping[str, float] | None = None) -> Replay:
+                 scales: Mapping[str, float] | None = None, track_reads: bool = False) -> Replay:
     """Replay an already built graph (lets sweeps build a trace's graph once). ``scales``
-    ({kind: factor}, :mod:`replay.whatif.scale`) multiplies op durations before the protocol."""
-    return replay_prepared(prepare(graph, protocol, model, preset, overrides, scales), trace_ops)
+    ({kind: factor}, :mod:`replay.whatif.scale`) multiplies op durations before the protocol;
+    ``track_reads``: see :func:`prepare`."""
+    return replay_prepared(prepare(graph, protocol, model, preset, overrides, scales, track_reads), trace_ops)
 
 
 @dataclass
@@ -51,11 +53,16 @@ class Prepared:
     scales: dict
     calibration: object | None
     options_given: bool = False  # --model/--preset/--set given (checked under `captured`, not applied)
+    reads: set[str] | None = None  # the parameters the transform read (track_reads), else None
 
 
 def prepare(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
-            overrides: Sequence[str] = (), scales: Mapping[str, float] | None = None) -> Prepared:
-    """The first half of :func:`replay_graph`: what-if scaling and the protocol transform."""
+            overrides: Sequence[str] = (), scales: Mapping[str, float] | None = None,
+            track_reads: bool = False) -> Prepared:
+    """The first half of :func:`replay_graph`: what-if scaling and the protocol transform.
+    ``track_reads``: record which model parameters the transform read
+    (:func:`replay.pipeline.ranges.transform_tracked`), so a range study can adopt this replay
+    instead of transforming and scheduling the preset point again."""
     scales = check_scales(scales)
     calibration = graph.calibration
     graph = scale_durations(graph, scales)
@@ -65,15 +72,20 @@ def prepare(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL
     # the model options are validated under every protocol, `captured` too (which applies none):
     # a typo in --set or a missing --preset is refused the same way whatever the protocol
     hw = load_model(model).from_preset(preset, overrides)
+    reads = None
     if protocol != CAPTURED:
-        transform = load_protocol(protocol)
         shift = graph.rank_shift
-        graph = transform(graph, hw)
+        if track_reads:
+            from replay.pipeline.ranges import transform_tracked
+
+            graph, reads = transform_tracked(graph, protocol, hw)
+        else:
+            graph = load_protocol(protocol)(graph, hw)
         if shift.any() and not graph.rank_shift.any():  # (a transform's new graph keeps the ranks' clock
             graph = graph.replace(rank_shift=shift)      # alignment: the captured span is the protocol's too)
         model_info = {"model": model, "preset": hw.preset_name, "params": hw.params, "digest": hw.digest}
     return Prepared(graph=graph, protocol=protocol, model_info=model_info, scales=scales, calibration=calibration,
-                    options_given=bool(preset or overrides or model != DEFAULT_MODEL))
+                    options_given=bool(preset or overrides or model != DEFAULT_MODEL), reads=reads)
 
 
 def replay_prepared(prep: Prepared, trace_ops: int | None = None) -> Replay:
@@ -95,7 +107,7 @@ def replay_prepared(prep: Prepared, trace_ops: int | None = None) -> Replay:
     if calibration is not None:
         result.calibration = calibration.to_dict()
         result.notes.extend(calibration.notes())
-    return Replay(result=result, graph=graph, schedule=sched)
+    return Replay(result=result, graph=graph, schedule=sched, reads=prep.reads)
 
 
 @dataclass
@@ -106,6 +118,7 @@ class Reference:
     makespan_ns: int
     serving: dict | None
     setup: dict | None = None  # its one-time setup (replay.pipeline.results.setup_metrics), when asked for
+    kept: Replay | None = None  # the whole replay, when asked for (a range study adopts it)
 
 
 def replay_reference(graph: OpGraph, model: str = DEFAULT_MODEL, preset: str | None = None,
