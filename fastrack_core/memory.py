@@ -61,6 +61,43 @@ def keep_freed_heap() -> bool:
     return bool(opt(_M_MMAP_THRESHOLD, HEAP_THRESHOLD_BYTES)) & bool(opt(_M_TRIM_THRESHOLD, HEAP_THRESHOLD_BYTES))
 
 
+#: Below this much resident memory the replay does not give free pages back between its steps
+#: (:func:`release_when_large`): a trim costs CPU, since the next arrays fault the returned pages in
+#: again and the kernel zeroes each one, and while the process is small it returns too little to
+#: matter. Measured at 1M ops under ``baseline``, ten runs each (docs/performance.md, "Memory"):
+#: CPU 2.42 s with every trim, 2.12 s at 512 MiB, 2.27 s at 1 GiB (no trim at all); peak 680,
+#: 685 and 757 MiB. At 10M ops every trim point is above it, so the trims that hold that peak
+#: down still run.
+RELEASE_MIN_RESIDENT_BYTES = 512 << 20
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory in bytes (``/proc/self/statm``), or None where unknown."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _page_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@lru_cache(maxsize=1)
+def _page_bytes() -> int:
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE"))
+
+
+def release_when_large() -> bool:
+    """:func:`release_free_memory` where the process holds at least
+    :data:`RELEASE_MIN_RESIDENT_BYTES` (or its size is unknown); what the replay calls between its
+    steps. True when it released."""
+    rss = resident_bytes()
+    if rss is not None and rss < RELEASE_MIN_RESIDENT_BYTES:
+        return False
+    release_free_memory()
+    return True
+
+
 def release_free_memory() -> None:
     """Return the free pages of the C heap and of Arrow's pool to the system (best effort: a no-op
     where the allocator offers no such call). Never changes a result, only resident memory."""

@@ -53,3 +53,18 @@ def test_kept_heap_serves_large_arrays_and_still_gives_them_back():
             "assert kept - trimmed > 48 * 2**20, (kept, trimmed)  # given back when asked\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_the_replay_releases_only_once_the_process_is_large(monkeypatch):
+    # release_when_large (what the replay calls between its steps) skips the trim while the
+    # process is below RELEASE_MIN_RESIDENT_BYTES and trims at or above it
+    rss = memory.resident_bytes()
+    if rss is None:
+        pytest.skip("no /proc/self/statm: the release always runs")
+    assert abs(rss - _rss_bytes()) < 64 * 2**20
+    calls = []
+    monkeypatch.setattr(memory, "release_free_memory", lambda: calls.append(1))
+    monkeypatch.setattr(memory, "RELEASE_MIN_RESIDENT_BYTES", rss + (1 << 40))
+    assert memory.release_when_large() is False and calls == []
+    monkeypatch.setattr(memory, "RELEASE_MIN_RESIDENT_BYTES", 0)
+    assert memory.release_when_large() is True and calls == [1]

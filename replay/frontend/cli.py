@@ -102,7 +102,7 @@ def main() -> None:
 def run_command(trace, protocol, model, preset, overrides, as_json, timeline, overwrite, reference, data_parallel,
                 bucket_mb, scale, serving, ranges):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
-    from fastrack_core.memory import keep_freed_heap, release_free_memory
+    from fastrack_core.memory import keep_freed_heap, release_when_large
     from replay.frontend.report import setup_report
     from replay.pipeline.results import JSON_DIGITS, setup_metrics, slowdown
     from replay.pipeline.run import load_graph, prepare, replay_prepared
@@ -139,7 +139,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
         ref, cc_facts = reference_with_facts(graph, protocol, model, preset, overrides, trace_ops=tr.num_ops,
                                              scales=scales, serving=serving, setup=True, windowed=windowed,
                                              keep=ranges)
-        release_free_memory()  # (the reference's pages, before the protocol's transform allocates)
+        release_when_large()  # (the reference's pages, before the protocol's transform allocates)
     prep = prepare(graph, protocol, model, preset, overrides, scales, track_reads=ranges)
     study = None
     if ranges:  # (keeps the trace graph: every range point re-transforms it; replay/pipeline/ranges.py)
@@ -150,7 +150,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
             study.adopt(NONE, ref.kept)  # (the reference's replay: not transformed and scheduled again)
             ref.kept = None
     del graph
-    release_free_memory()  # (the trace graph's pages, before the schedule allocates)
+    release_when_large()  # (the trace graph's pages, before the schedule allocates)
     rep = replay_prepared(prep, trace_ops=tr.num_ops)
     del prep
     if timeline:

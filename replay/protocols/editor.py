@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastrack_core.memory import release_free_memory
+from fastrack_core.memory import release_when_large
 
 from replay.graph import NO_LANE, NODE_FIELDS, OpGraph, stable_argsort
 
@@ -175,7 +175,7 @@ class GraphEditor:
         # node columns)
         self._edges = []
         self._src = self._lag = None
-        release_free_memory()
+        release_when_large()
         # memory: the fields that read the batches' anchors first, then each batch array is released
         # once its column is built, so the build's peak holds little beyond the two graphs
         cols = {}
@@ -190,7 +190,7 @@ class GraphEditor:
             elif f in _BATCH_ARRAYS:
                 for b in self._nodes:
                     setattr(b, _BATCH_ARRAYS[f], None)
-            release_free_memory()  # (glibc keeps the freed batches' heap pages otherwise: 10M ops, -250 MiB)
+            release_when_large()  # (glibc keeps the freed batches' heap pages otherwise: 10M ops, -250 MiB)
         self._nodes = []
         kind_names = dict(g.kind_names)
         kind_names.update(KIND_NAMES)
