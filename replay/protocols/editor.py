@@ -182,6 +182,7 @@ class GraphEditor:
         anchored = [f for f in NODE_FIELDS if f in PROVENANCE or f == "order"]
         for f in anchored + [f for f in NODE_FIELDS if f not in anchored]:
             cols[f] = self._node_column(f)
+            freed = f == "dur" or f == anchored[-1] or f in _BATCH_ARRAYS
             if f == "dur":
                 self._dur = None  # (the edited durations, perhaps a full copy, are in the column)
             if f == anchored[-1]:
@@ -190,7 +191,8 @@ class GraphEditor:
             elif f in _BATCH_ARRAYS:
                 for b in self._nodes:
                     setattr(b, _BATCH_ARRAYS[f], None)
-            release_when_large()  # (glibc keeps the freed batches' heap pages otherwise: 10M ops, -250 MiB)
+            if freed:  # (glibc keeps the freed batches' heap pages otherwise: 10M ops, -250 MiB; a trim
+                release_when_large()  # where nothing was freed would only make the next column fault its pages in)
         self._nodes = []
         kind_names = dict(g.kind_names)
         kind_names.update(KIND_NAMES)
