@@ -79,6 +79,10 @@ class LaneType(enum.IntEnum):
         return self.name.lower()
 
 
+# the key of a rank's channel lock among its BOUNCE_POOL lanes, H2D / D2H (key 0: its bounce pool;
+# replay/protocols/cc.py makes the locks, replay/pipeline/reprice.py resizes them)
+LOCK_KEYS = {True: 1, False: 2}
+
 # Lanes that serve in issue order (the hardware is in order: a stream is a FIFO, a host thread runs
 # its program in sequence, the p2p proxy is one thread). Every other type is shared: a
 # work-conserving server that serves whichever node is ready first.

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from fastrack_core.schema import GPU_KINDS, HOST_KINDS, CopyDir, DepKind, OpKind
-from replay.graph import LaneType, OpGraph
+from replay.graph import LOCK_KEYS, LaneType, OpGraph
 
 _IS_HOST = np.zeros(256, bool)
 _IS_HOST[[int(k) for k in HOST_KINDS]] = True
@@ -179,7 +179,7 @@ class Repricer:
 
     # ---- lane sizes (the lanes a parameter sizes: the model's resource lanes and the channel locks)
     def _size_lanes(self, hw0) -> None:
-        """Find the lanes whose servers a parameter sets and that a node uses: every lane of a type
+        """Find the lanes whose servers a parameter sets: every lane of a type
         the model's ``lane_specs`` sizes (``ce.secure_channels_per_direction`` for both directions'
         secure-channel lanes, ...) and each channel lock (a BOUNCE_POOL of a lock key: as many
         servers as its rank's channel lane of that direction, replay/protocols/cc.py). Checked at
@@ -194,8 +194,6 @@ class Repricer:
         specs = getattr(hw0, "lane_specs", None)
         self._spec_types = () if specs is None else tuple(sorted({int(t) for t, _, _ in specs()}))
         self._sized = np.flatnonzero(np.isin(lanes.type, self._spec_types)).astype(np.int64)
-        from replay.protocols.cc import LOCK_KEYS  # (the lock pools' keys, where the protocol makes them)
-
         locks = np.flatnonzero((lanes.type == LaneType.BOUNCE_POOL) & np.isin(lanes.key, list(LOCK_KEYS.values())))
         channel_key = {v: (0 if h2d else 1) for h2d, v in LOCK_KEYS.items()}  # (GPU_CRYPTO key 0: H2D, 1: D2H)
         self._lock_channel = lanes.find_many(lanes.rank[locks].astype(np.int64), LaneType.GPU_CRYPTO, 0) \

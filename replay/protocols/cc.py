@@ -60,7 +60,7 @@ import numpy as np
 from fastrack_core.errors import GraphError
 from fastrack_core.schema import CopyDir, DepKind, HostMem
 from replay.pipeline.engine import is_acyclic, topological_order
-from replay.graph import NO_LANE, LaneType, OpGraph, edges_by_dependent, stable_argsort
+from replay.graph import LOCK_KEYS, NO_LANE, LaneType, OpGraph, edges_by_dependent, stable_argsort
 
 from .base import Protocol
 from .bounce import add_pool_holds
@@ -513,9 +513,6 @@ def _bounce_holds(ed: GraphEditor, model, path: _DataPath, stages: _Stages, cp: 
         ed.add_edges(holder, until, DepKind.LAUNCH, 0)
     add_pool_holds(ed, cp.rank[path.ch.copy[staged]], holder, until, int(model.bounce_slots),
                    int(model.bounce_max_slots))
-
-
-LOCK_KEYS = {True: 1, False: 2}  # BOUNCE_POOL lane key of a rank's channel lock, H2D / D2H (key 0: the bounce pool)
 
 
 def _shared_channel(path: _DataPath, rank: np.ndarray, threads: int) -> np.ndarray:
