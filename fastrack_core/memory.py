@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 from functools import lru_cache
 
@@ -75,16 +76,9 @@ def resident_bytes() -> int | None:
     """This process's resident memory in bytes (``/proc/self/statm``), or None where unknown."""
     try:
         with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _page_bytes()
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-@lru_cache(maxsize=1)
-def _page_bytes() -> int:
-    import os
-
-    return int(os.sysconf("SC_PAGE_SIZE"))
 
 
 def release_when_large() -> bool:

@@ -330,6 +330,15 @@ class OpGraph:
         except ValueError:
             return f"kind{code}"
 
+    def used_lanes(self) -> np.ndarray:
+        """Per lane: whether a node runs on it or holds one of its servers (a lane neither is true of
+        cannot change a schedule, whatever its size)."""
+        used = np.zeros(len(self.lanes), bool)
+        used[self.lane[self.lane >= 0]] = True
+        if self.hold_lane is not None:
+            used[self.hold_lane[self.hold_lane >= 0]] = True
+        return used
+
     def node_label(self, i: int) -> str:
         """A node for a message: its op id, kind and rank, never its name (names come from the
         trace, and traces carry secrets: docs/robustness.md)."""

@@ -153,9 +153,7 @@ def same_schedule_inputs(a: OpGraph, b: OpGraph) -> bool:
     sizes = (0, 2)  # (lane servers and maximum servers: compared where a node uses the lane)
     if not all(x.shape == y.shape and np.array_equal(x, y) for k, (x, y) in enumerate(zip(xa, xb)) if k not in sizes):
         return False
-    used = np.zeros(len(a.lanes), bool)
-    used[a.lane[a.lane >= 0]] = True
-    used[a.hold_lane[a.hold_lane >= 0]] = True  # (a.lane and a.hold_lane equal b's here)
+    used = a.used_lanes()  # (a.lane and a.hold_lane equal b's here)
     return all(np.array_equal(xa[k][used], xb[k][used]) for k in sizes)
 
 

@@ -185,23 +185,17 @@ class Repricer:
         servers as its rank's channel lane of that direction, replay/protocols/cc.py). Checked at
         the preset: where this rule does not give the graph's own sizes, a point that changes a
         size is re-transformed. Which lanes a node uses or holds is kept too (:meth:`unchanged`)."""
-        g = self.g0
-        lanes = g.lanes
-        used = np.zeros(len(lanes), bool)
-        used[g.lane[g.lane >= 0]] = True
-        used[g.hold_lane[g.hold_lane >= 0]] = True
-        self._used = used
-        specs = getattr(hw0, "lane_specs", None)
-        self._spec_types = () if specs is None else tuple(sorted({int(t) for t, _, _ in specs()}))
-        self._sized = np.flatnonzero(np.isin(lanes.type, self._spec_types)).astype(np.int64)
+        lanes = self.g0.lanes
+        self._used = self.g0.used_lanes()
+        per = self._spec_servers(hw0)
+        self._sized = np.flatnonzero(np.isin(lanes.type, list(per or ()))).astype(np.int64)
         locks = np.flatnonzero((lanes.type == LaneType.BOUNCE_POOL) & np.isin(lanes.key, list(LOCK_KEYS.values())))
-        channel_key = {v: (0 if h2d else 1) for h2d, v in LOCK_KEYS.items()}  # (GPU_CRYPTO key 0: H2D, 1: D2H)
-        self._lock_channel = lanes.find_many(lanes.rank[locks].astype(np.int64), LaneType.GPU_CRYPTO, 0) \
-            if locks.size else np.zeros(0, np.int32)
-        if locks.size:
-            d2h = np.array([channel_key[int(k)] == 1 for k in lanes.key[locks]], bool)
-            if d2h.any():
-                self._lock_channel[d2h] = lanes.find_many(lanes.rank[locks[d2h]].astype(np.int64), LaneType.GPU_CRYPTO, 1)
+        self._lock_channel = np.full(locks.size, -1, np.int32)
+        for h2d, key in LOCK_KEYS.items():  # (a lock's channel lane: GPU_CRYPTO key 0 for H2D, 1 for D2H)
+            sel = np.flatnonzero(lanes.key[locks] == key)
+            if sel.size:
+                self._lock_channel[sel] = lanes.find_many(lanes.rank[locks[sel]].astype(np.int64), LaneType.GPU_CRYPTO,
+                                                          0 if h2d else 1)
         self._locks = locks
         self._sizes0 = self._sizes(hw0)
         want = np.concatenate([lanes.servers[self._sized], lanes.servers[locks], lanes.max_servers[locks]])

@@ -182,7 +182,7 @@ class GraphEditor:
         anchored = [f for f in NODE_FIELDS if f in PROVENANCE or f == "order"]
         for f in anchored + [f for f in NODE_FIELDS if f not in anchored]:
             cols[f] = self._node_column(f)
-            freed = f == "dur" or f == anchored[-1] or f in _BATCH_ARRAYS
+            freed = f == anchored[-1] or f in _BATCH_ARRAYS  # (dur is one of those: the edited durations go too)
             if f == "dur":
                 self._dur = None  # (the edited durations, perhaps a full copy, are in the column)
             if f == anchored[-1]:
