@@ -43,8 +43,10 @@ def graph_digest(graph) -> str:
     h = hashlib.sha256()
 
     def feed(v):
-        if isinstance(v, np.ndarray):
-            h.update(f"{v.dtype.str}{v.shape}".encode())
+        if isinstance(v, np.ndarray):  # (values, not widths: an index array narrowed to int32 keeps its digest)
+            kind = "i" if v.dtype.kind in "iu" else v.dtype.str
+            v = v.astype(np.int64) if kind == "i" else v
+            h.update(f"{kind}{v.shape}".encode())
             h.update(np.ascontiguousarray(v).tobytes())
         else:
             h.update(repr(v).encode())
@@ -121,13 +123,16 @@ def test_every_transformed_graph_is_unchanged(now):
 
 
 def test_digest_sees_a_change_anywhere():
-    """The digest covers edge order and dtypes (a test of the test)."""
+    """The digest covers edge order, values and integer against floating point, but not an integer
+    array's width (a test of the test)."""
     from graphs import make_graph
 
     g = make_graph(3, [(0, 2, 0, 0), (1, 2, 0, 0)], dur=[1, 2, 3])
     swapped = g.replace(dep_src=g.dep_src[::-1].copy())
-    widened = g.replace(rank=g.rank.astype(np.int64))
-    assert len({graph_digest(g), graph_digest(swapped), graph_digest(widened)}) == 3
+    floated = g.replace(rank=g.rank.astype(np.float64))
+    changed = g.replace(rank=g.rank + 1)
+    assert len({graph_digest(g), graph_digest(swapped), graph_digest(floated), graph_digest(changed)}) == 4
+    assert graph_digest(g.replace(rank=g.rank.astype(np.int64))) == graph_digest(g)
 
 
 def _add_missing() -> list[str]:
