@@ -5,6 +5,8 @@ machine without a C++ compiler still installs, and the code falls back to its pu
 twin, which gives identical results (docs/performance.md, "Compiled core").
 """
 
+from pathlib import Path
+
 from setuptools import Extension, find_packages, setup
 
 CXX_FLAGS = ["-std=c++17", "-O2"]
@@ -30,5 +32,13 @@ PACKAGES = find_packages(include=[f"{root}{sub}" for root in ("fastrack", "fastr
                                   for sub in ("", ".*")])
 PACKAGES += ["fastrack_h100"] + [f"fastrack_h100.{sub}" for sub in find_packages(where="models/h100")]
 
+
+def _headers(includes: list[str]) -> list[str]:
+    """The headers under a module's include directories: a change to one rebuilds the module (the
+    core's array types are part of every module's interface)."""
+    return sorted(str(h) for d in includes for h in Path(d).rglob("*.hh"))
+
+
 setup(packages=PACKAGES, ext_modules=[Extension(name, sources, include_dirs=includes, extra_compile_args=CXX_FLAGS, language="c++",
-                             optional=True) for name, sources, includes in ACCELERATORS])
+                                                depends=_headers(includes), optional=True)
+                                      for name, sources, includes in ACCELERATORS])

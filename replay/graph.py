@@ -105,6 +105,14 @@ NO_LANE = -1
 # Bounds that keep a replay's memory and arithmetic in check (docs/model.md "Parameter ranges").
 MAX_NODES = 2**26  # nodes a graph may have after a protocol transform (about 10 GiB of replay state)
 MAX_TIME_NS = 2**62  # no schedule may reach this: every time stays inside int64 with room to add
+# A node's index where the graph's arrays store one (edge sources, pool returners; a schedule's
+# binding predecessors and placement order): 32 bits, since MAX_NODES is far below 2^31. Half the
+# memory of int64 on arrays of tens of millions of entries (docs/performance.md, "Memory");
+# replay/cpp/fastrack/view.hh NodeIndex is the same type.
+INDEX = np.dtype(np.int32)
+# the OpGraph arrays that hold node indices, and the barrier group ids (numbered below the node
+# count): stored as INDEX whatever their dtype on construction
+INDEX_ARRAYS = ("dep_src", "hold_until", "group")
 
 
 MIN_NODE_BUDGET = 2**22  # any trace may grow to this many nodes (about 1-2 GB of replay state)
@@ -274,10 +282,10 @@ class OpGraph:
     name: np.ndarray = _per_node(np.int32, "index into names")
     order: np.ndarray = _per_node(np.int64, "priority among ready nodes (captured start, ns); ties by index")
     release: np.ndarray = _per_node(np.int64, "ns: earliest start (nodes without deps: their captured start)")
-    group: np.ndarray = _per_node(np.int64, "barrier group id (collective instance) or -1")
+    group: np.ndarray = _per_node(INDEX, "barrier group id (collective instance; below 2^31) or -1")
     # --- edges (CSR by dependent node) ---
     dep_ptr: np.ndarray  # int64, length n+1
-    dep_src: np.ndarray  # int64, node index of the prerequisite
+    dep_src: np.ndarray  # INDEX (int32): node index of the prerequisite
     dep_kind: np.ndarray  # uint8: DepKind
     dep_lag: np.ndarray  # int64 ns
     # --- tables ---
@@ -295,7 +303,7 @@ class OpGraph:
     calibration: Calibration | None = None
     # --- pool holds, per node (None: no node holds anything) ---
     # hold_lane: int32, the pool lane (no node runs on it) one of whose servers the node takes when
-    # it is ready to start (waiting while all are held), or NO_LANE; hold_until: int64, the node at
+    # it is ready to start (waiting while all are held), or NO_LANE; hold_until: INDEX, the node at
     # whose finish that server is returned (-1 where hold_lane is NO_LANE).
     hold_lane: np.ndarray | None = None
     hold_until: np.ndarray | None = None
@@ -305,7 +313,11 @@ class OpGraph:
         if self.hold_lane is None:
             object.__setattr__(self, "hold_lane", np.full(n, NO_LANE, np.int32))
         if self.hold_until is None:
-            object.__setattr__(self, "hold_until", np.full(n, -1, np.int64))
+            object.__setattr__(self, "hold_until", np.full(n, -1, INDEX))
+        for name in INDEX_ARRAYS:  # (node indices: INDEX, whatever the constructor was given)
+            a = getattr(self, name)
+            if a.dtype != INDEX:
+                object.__setattr__(self, name, as_index(a, name))
 
     @property
     def n(self) -> int:
@@ -424,6 +436,17 @@ class OpGraph:
 NODE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(OpGraph) if "per_node" in f.metadata)
 NODE_DTYPES: dict[str, np.dtype] = {f.name: f.metadata["per_node"] for f in dataclasses.fields(OpGraph)
                                     if "per_node" in f.metadata}
+
+
+def as_index(a: np.ndarray, what: str) -> np.ndarray:
+    """``a`` (integers) as :data:`INDEX`, refusing a value no node index can have instead of
+    wrapping it (an index array's own checks, against the node count, are OpGraph.validate's)."""
+    a = np.asarray(a)
+    if a.dtype == INDEX:
+        return a
+    if a.size and (a.dtype.kind not in "iu" or int(a.min()) < -1 or int(a.max()) > np.iinfo(INDEX).max):
+        raise GraphError(f"graph array '{what}' holds a value outside -1 .. 2^31 - 1 (an index, or -1 for none)")
+    return a.astype(INDEX)
 
 
 def edges_by_dependent(dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -183,11 +183,14 @@ def _untouched_and_snapshot():
 
 
 @twins.needs_native("edit")
-def test_compiled_merge_refuses_an_edge_to_no_node():
-    """(That the module is built wherever it can be: tests/test_native_engine.py.)"""
+@pytest.mark.parametrize("src, dst", [(0, 5), (5, 1), (2**31, 1), (-1, 1)])
+def test_compiled_merge_refuses_an_edge_from_or_to_no_node(src, dst):
+    """A new edge's source is stored as a 32-bit node index: one that is not a node is refused,
+    never wrapped. (That the module is built wherever it can be: tests/test_native_engine.py.)"""
     g = make_graph(2, [(0, 1, 0, 0)])
-    with pytest.raises(ValueError, match="dependent is not a node"):
+    with pytest.raises(ValueError, match="source or dependent is not a node"):
         editor_module._edit.merge_edges(g.dep_ptr, g.dep_src, g.dep_kind, g.dep_lag,
-                                        [(np.array([0]), np.array([5]), np.zeros(1, np.uint8), np.zeros(1, np.int64))],
-                                        np.empty(3, np.int64), np.empty(2, np.int64), np.empty(2, np.uint8),
+                                        [(np.array([src]), np.array([dst]), np.zeros(1, np.uint8),
+                                          np.zeros(1, np.int64))],
+                                        np.empty(3, np.int64), np.empty(2, np.int32), np.empty(2, np.uint8),
                                         np.empty(2, np.int64))

@@ -243,16 +243,22 @@ def test_wrong_arrays_are_refused_not_read():
 
     g = HAND["lanes"]
     arrays = list(engine._arrays(g))
-    out = (np.empty(g.n, np.int64), np.empty(g.n, np.int64), np.empty(g.n, np.int64), np.empty(g.n, np.int8),
-           np.empty(g.n, np.int64), np.empty(g.n, np.int64), np.empty(len(g.lanes), np.int64))
+    out = (np.empty(g.n, np.int64), np.empty(g.n, np.int64), np.empty(g.n, np.int32), np.empty(g.n, np.int8),
+           np.empty(g.n, np.int32), np.empty(g.n, np.int64), np.empty(len(g.lanes), np.int64))
     bad_src = list(arrays)
-    bad_src[11] = np.array([7], np.int64)  # an edge from node 7 of 3
+    bad_src[11] = np.array([7], np.int32)  # an edge from node 7 of 3
     with pytest.raises(ValueError, match="edge comes from a node that does not exist"):
         NATIVE.schedule(tuple(bad_src), out)
     wrong_dtype = list(arrays)
     wrong_dtype[4] = g.dur.astype(np.int32)
     with pytest.raises(TypeError, match="dur"):
         NATIVE.schedule(tuple(wrong_dtype), out)
+    wide_src = list(arrays)  # node indices are 32 bits (replay.graph.INDEX): a wider array is refused, not read
+    wide_src[11] = g.dep_src.astype(np.int64)
+    with pytest.raises(TypeError, match="dep_src must be .* int32"):
+        NATIVE.schedule(tuple(wide_src), out)
+    with pytest.raises(TypeError, match="crit_pred must be .* int32"):
+        NATIVE.schedule(tuple(arrays), out[:2] + (np.empty(g.n, np.int64),) + out[3:])
     with pytest.raises(ValueError, match="start"):
         NATIVE.schedule(tuple(arrays), (np.empty(1, np.int64),) + out[1:])
     with pytest.raises(ValueError, match="out of range"):
@@ -334,8 +340,8 @@ def test_every_module_refuses_a_wrong_array_in_one_style():
                                          i64, i64, 0, 0, 0, 0, 0, np.zeros(8, np.int64))
     with pytest.raises(TypeError, match="^replay.protocols._edit.merge_edges: array old_kind must be a C-contiguous "
                                         "1-D uint8 array$"):
-        mods["replay.protocols._edit"].merge_edges(i64, np.zeros(0, np.int64), np.zeros(0, np.int8),
-                                                   np.zeros(0, np.int64), [], i64, np.zeros(0, np.int64),
+        mods["replay.protocols._edit"].merge_edges(i64, np.zeros(0, np.int32), np.zeros(0, np.int8),
+                                                   np.zeros(0, np.int64), [], i64, np.zeros(0, np.int32),
                                                    np.zeros(0, np.uint8), np.zeros(0, np.int64))
     assert mods["replay.pipeline._build"].encode(np.array([5, 5, 3], np.int64), np.zeros(3, np.int32)) == \
         np.array([5, 3], np.int64).tobytes()

@@ -4,12 +4,13 @@
 //
 // merge_edges(old_ptr, old_src, old_kind, old_lag, batches, out_ptr, out_src, out_kind, out_lag
 //             [, src_idx, src_val, lag_idx, lag_val])
-//   old_*:   the existing CSR (int64 ptr of n0 + 1 entries; int64 src, uint8 kind, int64 lag)
-//   *_idx/*_val: edits of the existing edges' sources and lags (int64; indices strictly increasing,
-//            below E0), written over the copied values
+//   old_*:   the existing CSR (int64 ptr of n0 + 1 entries; int32 src, uint8 kind, int64 lag)
+//   *_idx/*_val: edits of the existing edges' sources and lags (int64 indices strictly increasing,
+//            below E0; int32 source values, int64 lags), written over the copied values
 //   batches: a list of (src int64[m], dst int64[m], kind uint8[m or 1], lag int64[m or 1]) in the
 //            order they were added (a 1-entry kind/lag applies to every edge of its batch)
-//   out_*:   preallocated: int64 ptr of n + 1 entries, and E = E0 + sum(m) src/kind/lag entries
+//   out_*:   preallocated: int64 ptr of n + 1 entries, and E = E0 + sum(m) src (int32), kind, lag entries
+//   (sources are node indices, 32 bits: replay.graph.INDEX; a new edge's source must be a node)
 // Result: every dependent's existing edges first, in their order, then its new edges in the order
 // added: the stable sort by dependent of the existing edges followed by the new ones.
 // Raises TypeError for an array of the wrong type or layout (fastrack/pybuffer.hh, one message style
@@ -26,8 +27,10 @@ namespace {
 constexpr const char* FN = "replay.protocols._edit.merge_edges";
 using fastrack::py::Array;
 using I64 = Array<const int64_t>;  // inputs
+using I32 = Array<const int32_t>;
 using U8 = Array<const uint8_t>;
 using OutI64 = Array<int64_t>;  // preallocated outputs (writable)
+using OutI32 = Array<int32_t>;
 using OutU8 = Array<uint8_t>;
 
 // One batch of new edges: (src, dst, kind, lag).
@@ -43,9 +46,11 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
     if (!PyArg_ParseTuple(args, "OOOOOOOOO|OOOO", &o_ptr, &o_src, &o_kind, &o_lag, &batches, &r_ptr, &r_src, &r_kind,
                           &r_lag, &o_si, &o_sv, &o_li, &o_lv))
         return nullptr;
-    I64 optr, osrc, olag, si, sv, li, lv;
+    I64 optr, olag, si, li, lv;
+    I32 osrc, sv;
     U8 okind;
-    OutI64 ptr, src, lag;
+    OutI64 ptr, lag;
+    OutI32 src;
     OutU8 kind;
     if (!optr.get(o_ptr, FN, "old_ptr") || !osrc.get(o_src, FN, "old_src") || !okind.get(o_kind, FN, "old_kind") ||
         !olag.get(o_lag, FN, "old_lag") || !ptr.get(r_ptr, FN, "out_ptr") || !src.get(r_src, FN, "out_src") ||
@@ -74,7 +79,8 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
         }
     }
     Py_ssize_t n_si = 0, n_li = 0;
-    const int64_t *s_idx = nullptr, *s_val = nullptr, *l_idx = nullptr, *l_val = nullptr;
+    const int64_t *s_idx = nullptr, *l_idx = nullptr, *l_val = nullptr;
+    const int32_t *s_val = nullptr;
     if (edits) {
         n_si = si.size();
         n_li = li.size();
@@ -119,9 +125,10 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
             break;
         }
         const int64_t* dst = q.dst.data();
+        const int64_t* from = q.src.data();
         for (Py_ssize_t i = 0; i < m; ++i) {
-            if (dst[i] < 0 || dst[i] >= n) {
-                PyErr_SetString(PyExc_ValueError, "merge_edges: an edge's dependent is not a node");
+            if (dst[i] < 0 || dst[i] >= n || from[i] < 0 || from[i] >= n) {
+                PyErr_SetString(PyExc_ValueError, "merge_edges: an edge's source or dependent is not a node");
                 ok = false;
                 break;
             }
@@ -165,7 +172,7 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
     for (Py_ssize_t d = 0; d < n0; ++d) {
         const int64_t lo = old_ptr[d], hi = old_ptr[d + 1], k = hi - lo, at = out_ptr[d + 1];
         if (k) {
-            std::memcpy(out_src + at, in_src + lo, sizeof(int64_t) * static_cast<size_t>(k));
+            std::memcpy(out_src + at, in_src + lo, sizeof(int32_t) * static_cast<size_t>(k));
             std::memcpy(out_kind + at, in_kind + lo, static_cast<size_t>(k));
             std::memcpy(out_lag + at, in_lag + lo, sizeof(int64_t) * static_cast<size_t>(k));
             for (; ps < n_si && s_idx[ps] < hi; ++ps) out_src[at + (s_idx[ps] - lo)] = s_val[ps];
@@ -182,7 +189,7 @@ PyObject* merge_edges(PyObject*, PyObject* args) {
         const bool k1 = q.kind.size() == 1, l1 = q.lag.size() == 1;
         for (Py_ssize_t i = 0, m = q.src.size(); i < m; ++i) {
             const int64_t at = out_ptr[dst[i] + 1]++;
-            out_src[at] = s[i];
+            out_src[at] = static_cast<int32_t>(s[i]);  // (checked above: a node index)
             out_kind[at] = k1 ? k[0] : k[i];
             out_lag[at] = l1 ? l[0] : l[i];
         }

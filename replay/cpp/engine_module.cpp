@@ -144,7 +144,7 @@ PyObject *py_topological_order(PyObject *, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O:topological_order", &PyTuple_Type, &g, &issueObj)) return nullptr;
     Buffers bufs("replay.pipeline._engine.topological_order");
     fastrack::GraphView v;
-    Span<std::int64_t> issue;
+    Span<fastrack::NodeIndex> issue;
     if (!graphView(bufs, g, v) || !bufs.get(issueObj, "issue", issue) ||
         !lengthIs(issue.size, v.n(), "issue"))
         return nullptr;
@@ -158,7 +158,8 @@ PyObject *py_retime(PyObject *, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!OOOO:retime", &PyTuple_Type, &g, &seqO, &poolO, &startO, &finishO)) return nullptr;
     Buffers bufs("replay.pipeline._engine.retime");
     fastrack::GraphView v;
-    Span<const std::int64_t> seq, pool;
+    Span<const fastrack::NodeIndex> seq;
+    Span<const std::int64_t> pool;
     Span<std::int64_t> start, finish;
     if (!graphView(bufs, g, v) || !bufs.get(seqO, "seq", seq) || !bufs.get(poolO, "pool_size", pool) ||
         !bufs.get(startO, "start", start) || !bufs.get(finishO, "finish", finish))
@@ -198,7 +199,8 @@ PyObject *py_walk_path(PyObject *, PyObject *args) {
                           &tStop, &ncodeO, &ecodeO, &launch, &release, &group, &lane, &wait, &totalsO))
         return nullptr;
     Buffers bufs("replay.pipeline._engine.walk_path");
-    Span<const std::int64_t> start, finish, pred, slotWait, ecode;
+    Span<const std::int64_t> start, finish, slotWait, ecode;
+    Span<const fastrack::NodeIndex> pred;
     Span<const std::int8_t> bound;
     Span<std::int64_t> totals;
     if (!(bufs.get(startO, "start", start) && bufs.get(finishO, "finish", finish) &&

@@ -64,7 +64,7 @@ from types import ModuleType
 import numpy as np
 
 from fastrack_core.errors import ConfigError, GraphError
-from replay.graph import NO_LANE, OpGraph
+from replay.graph import INDEX, NO_LANE, OpGraph
 
 # How a node's start was bound (the ``bound_by`` result).
 BOUND_RELEASE = -1  # by its release time (or time 0)
@@ -86,9 +86,9 @@ class Schedule:
 
     start: np.ndarray  # int64 ns
     finish: np.ndarray  # int64 ns
-    crit_pred: np.ndarray  # int64: node whose finish/start bound this node's start, or -1
+    crit_pred: np.ndarray  # INDEX (int32): node whose finish/start bound this node's start, or -1
     bound_by: np.ndarray  # int8: BOUND_* or the DepKind of the binding edge
-    order: np.ndarray  # int64: the order in which the nodes were placed
+    order: np.ndarray  # INDEX (int32): the order in which the nodes were placed
     # int64 ns per node: how long its start waited for a pool server after it was otherwise ready
     # (0 when the wait did not bind); the critical path attributes it to BOUNCE_WAIT
     slot_wait: np.ndarray
@@ -167,8 +167,8 @@ def _arrays(graph: OpGraph) -> tuple[np.ndarray, ...]:
     c = np.ascontiguousarray
     return (c(lanes.servers, np.int32), c(lanes.shared, np.bool_), c(lanes.max_servers, np.int32),
             c(graph.lane, np.int32), c(graph.dur, np.int64), c(graph.order, np.int64), c(graph.release, np.int64),
-            c(graph.group, np.int64), c(graph.hold_lane, np.int32), c(graph.hold_until, np.int64),
-            c(graph.dep_ptr, np.int64), c(graph.dep_src, np.int64), c(graph.dep_kind, np.uint8),
+            c(graph.group, INDEX), c(graph.hold_lane, np.int32), c(graph.hold_until, INDEX),
+            c(graph.dep_ptr, np.int64), c(graph.dep_src, INDEX), c(graph.dep_kind, np.uint8),
             c(graph.dep_lag, np.int64))
 
 
@@ -221,7 +221,7 @@ def topological_order(graph: OpGraph) -> np.ndarray:
     """The issue order (in-order lanes serve in it); raises GraphError naming the ops of a cycle."""
     core = native()
     if core is not None:
-        issue = np.empty(graph.n, np.int64)
+        issue = np.empty(graph.n, INDEX)
         status, where, placed = core.topological_order(_arrays(graph), issue)
     else:
         status, where, placed, issue, _ = _kernels().topology(graph)
@@ -251,8 +251,8 @@ def schedule(graph: OpGraph) -> Schedule:
         order = out[0] if status in (_GROUP_EDGE, _CYCLE) else out[4]
     else:
         n = graph.n
-        out = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8),
-               np.empty(n, np.int64), np.empty(n, np.int64), np.empty(len(graph.lanes), np.int64))
+        out = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, INDEX), np.empty(n, np.int8),
+               np.empty(n, INDEX), np.empty(n, np.int64), np.empty(len(graph.lanes), np.int64))
         status, where, placed = core.schedule(_arrays(graph), out)
         order = out[4]
     _raise(graph, status, where, placed, order)
@@ -273,7 +273,7 @@ def retime(graph: OpGraph, seq: np.ndarray, pool_size: np.ndarray) -> tuple[np.n
     schedule. None when ``seq`` does not fit the graph (see replay/cpp/fastrack/engine.hh,
     ``retimeWith``): the caller schedules instead."""
     n = graph.n
-    seq = np.ascontiguousarray(seq, np.int64)
+    seq = np.ascontiguousarray(seq, INDEX)
     if seq.shape != (n,) or np.shape(pool_size) != (len(graph.lanes),):
         return None
     # a pool grows past its maximum only to break a deadlock, at a time a fixed order cannot

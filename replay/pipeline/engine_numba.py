@@ -39,7 +39,7 @@ def _topo_order(n, rep, mem_ptr, mem_idx, out_ptr, out_dst, key):
     for i in range(n):
         if rep[i] == i and indeg[i] == 0:
             size = _ev_push(hk, hi, key, n, size, key[i], i)
-    order = np.empty(n, np.int64)
+    order = np.empty(n, np.int32)  # (node indices: replay.graph.INDEX)
     placed = 0
     while size > 0:
         _, r, size = _ev_pop(hk, hi, key, n, size)
@@ -149,7 +149,7 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
     it may start (its ready time; on an in-order lane, also when the lane is free for it)."""
     start = np.zeros(n, np.int64)
     finish = np.zeros(n, np.int64)
-    pred = np.full(n, -1, np.int64)
+    pred = np.full(n, -1, np.int32)  # (node indices: replay.graph.INDEX)
     bound = np.full(n, -1, np.int8)
     slot_wait = np.zeros(n, np.int64)
     chosen = np.zeros(n, np.int32)  # server of a node on an in-order lane (picked when it is queued)
@@ -179,7 +179,7 @@ def _schedule(n, rep, mem_ptr, mem_idx, okey, lane, shared, srv_ptr, dur, releas
         if rep[r] == r and pending[r] == 0:
             arm[narm] = r
             narm += 1
-    seq = np.empty(n, np.int64)
+    seq = np.empty(n, np.int32)
     placed = 0
     err = 0
     err_node = -1

@@ -22,7 +22,7 @@ import numpy as np
 from fastrack_core.schema import DepKind, OpKind
 from replay.pipeline import engine
 from replay.pipeline.engine import BOUND_GROUP, BOUND_LANE, BOUND_RELEASE, Schedule
-from replay.graph import Category, LaneType, OpGraph
+from replay.graph import INDEX, Category, LaneType, OpGraph
 from replay.pipeline.keys import sorted_codes
 
 # Category of the time spent on an edge's lag (between the prerequisite and the node).
@@ -352,7 +352,7 @@ def path_totals(graph: OpGraph, sched: Schedule, node: int, t_end: int, t_stop: 
     c = np.ascontiguousarray
     node_code = c(node_code, np.int8 if np.asarray(node_code).dtype == np.int8 else np.int64)
     totals = np.zeros(int(ncode), np.int64)
-    core.walk_path(c(sched.start, np.int64), c(sched.finish, np.int64), c(sched.crit_pred, np.int64),
+    core.walk_path(c(sched.start, np.int64), c(sched.finish, np.int64), c(sched.crit_pred, INDEX),
                    c(sched.bound_by, np.int8), c(sched.slot_wait, np.int64), *args, node_code,
                    c(edge_code, np.int64), *codes, totals)
     return totals

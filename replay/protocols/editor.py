@@ -17,7 +17,7 @@ import numpy as np
 
 from fastrack_core.memory import release_when_large
 
-from replay.graph import NO_LANE, NODE_FIELDS, OpGraph, stable_argsort
+from replay.graph import INDEX, NO_LANE, NODE_FIELDS, OpGraph, stable_argsort
 
 from .kinds import CATEGORY, KIND_NAMES, DerivedKind
 
@@ -41,7 +41,7 @@ class GraphEditor:
         # existing arrays that transforms may change: sparse edits over the input's arrays (a full
         # copy only where a caller asks for the whole array through .dur/.edge_src/.edge_lag)
         self._dur = _Overlay(graph.dur, np.int64)
-        self._src = _Overlay(graph.dep_src, np.int64)
+        self._src = _Overlay(graph.dep_src, INDEX)
         self._lag = _Overlay(graph.dep_lag, np.int64)
         self._names = list(graph.names)
         self._name_index = {nm: i for i, nm in enumerate(self._names)}
@@ -197,7 +197,7 @@ class GraphEditor:
         kind_names = dict(g.kind_names)
         kind_names.update(KIND_NAMES)
         hold_lane = np.full(n, NO_LANE, np.int32)
-        hold_until = np.full(n, -1, np.int64)
+        hold_until = np.full(n, -1, INDEX)
         hold_lane[:n0] = g.hold_lane
         hold_until[:n0] = g.hold_until
         for holder, until, pool in self._holds:
@@ -249,17 +249,17 @@ class GraphEditor:
             dep_ptr = np.empty(n + 1, np.int64)
             dep_ptr[: n0 + 1] = old_ptr
             dep_ptr[n0 + 1 :] = e0
-            return (dep_ptr, self._src.write_to(np.empty(e0, np.int64)), g.dep_kind.astype(np.uint8, copy=True),
+            return (dep_ptr, self._src.write_to(np.empty(e0, INDEX)), g.dep_kind.astype(np.uint8, copy=True),
                     self._lag.write_to(np.empty(e0, np.int64)))
         if _edit is not None:
             m = sum(int(e[0].shape[0]) for e in self._edges)
-            out = (np.empty(n + 1, np.int64), np.empty(e0 + m, np.int64), np.empty(e0 + m, np.uint8),
+            out = (np.empty(n + 1, np.int64), np.empty(e0 + m, INDEX), np.empty(e0 + m, np.uint8),
                    np.empty(e0 + m, np.int64))
             batches = [(s, d, np.asarray(k, np.uint8).reshape(-1), np.asarray(x, np.int64).reshape(-1))
                        for s, d, k, x in self._edges]
-            _edit.merge_edges(np.ascontiguousarray(old_ptr, np.int64), np.ascontiguousarray(src, np.int64),
+            _edit.merge_edges(np.ascontiguousarray(old_ptr, np.int64), np.ascontiguousarray(src, INDEX),
                               np.ascontiguousarray(g.dep_kind, np.uint8), np.ascontiguousarray(lag, np.int64),
-                              batches, *out, self._src.idx, np.ascontiguousarray(self._src.val, np.int64),
+                              batches, *out, self._src.idx, np.ascontiguousarray(self._src.val, INDEX),
                               self._lag.idx, np.ascontiguousarray(self._lag.val, np.int64))
             return out
         e_dst = np.concatenate([e[1] for e in self._edges]) if len(self._edges) > 1 else self._edges[0][1]
@@ -294,7 +294,7 @@ class GraphEditor:
             out[pos] = new if order is None else new[order]
             return out
 
-        dep_src = merged(src, 0, np.int64)
+        dep_src = merged(src, 0, INDEX)
         dep_kind = merged(g.dep_kind, 2, np.uint8)
         dep_lag = merged(lag, 3, np.int64)
         return self._edited((dep_ptr, dep_src, dep_kind, dep_lag))

@@ -67,6 +67,11 @@ void writeArray(std::ofstream &out, const std::vector<T> &v) {
     if (!v.empty()) out.write(reinterpret_cast<const char *>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
 }
 
+// Node indices (32 bits in memory) as the schedule file's 64-bit entries.
+void writeWide(std::ofstream &out, const std::vector<fastrack::NodeIndex> &v) {
+    writeArray(out, std::vector<std::int64_t>(v.begin(), v.end()));
+}
+
 void writeSchedule(const std::string &path, const fastrack::Schedule &s) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out) throw fastrack::FormatError(path + ": cannot open for writing");
@@ -80,9 +85,9 @@ void writeSchedule(const std::string &path, const fastrack::Schedule &s) {
     out.write(reinterpret_cast<const char *>(&lanes), 8);
     writeArray(out, s.start);
     writeArray(out, s.finish);
-    writeArray(out, s.crit_pred);
+    writeWide(out, s.crit_pred);
     writeArray(out, s.bound_by);
-    writeArray(out, s.order);
+    writeWide(out, s.order);
     writeArray(out, s.slot_wait);
     writeArray(out, s.lane_servers);
     if (!out) throw fastrack::FormatError(path + ": write failed");

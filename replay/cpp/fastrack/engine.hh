@@ -53,18 +53,20 @@ constexpr std::int8_t kBoundGroup = -3;
 struct Schedule {
     std::vector<std::int64_t> start;
     std::vector<std::int64_t> finish;
-    std::vector<std::int64_t> crit_pred;
+    std::vector<NodeIndex> crit_pred;
     std::vector<std::int8_t> bound_by;
-    std::vector<std::int64_t> order;         // the order in which nodes were placed
+    std::vector<NodeIndex> order;            // the order in which nodes were placed
     std::vector<std::int64_t> slot_wait;     // ns the start waited for a pool server (0 if that did not bind)
     std::vector<std::int64_t> lane_servers;  // per lane: servers at the end (a pool's size after growing)
 };
 
 // Where scheduleView writes: n entries each, lane_servers L. Contents on entry do not matter.
 struct ScheduleOut {
-    Span<std::int64_t> start, finish, crit_pred;
+    Span<std::int64_t> start, finish;
+    Span<NodeIndex> crit_pred;
     Span<std::int8_t> bound_by;
-    Span<std::int64_t> order, slot_wait, lane_servers;
+    Span<NodeIndex> order;
+    Span<std::int64_t> slot_wait, lane_servers;
 };
 
 enum class Status : int {
@@ -98,7 +100,7 @@ inline bool fitsInt32(const GraphView &g) {
 template <typename I>
 class Groups {
   public:
-    explicit Groups(Span<const std::int64_t> group) {
+    explicit Groups(Span<const std::int32_t> group) {
         const std::size_t n = group.size;
         std::vector<I> grouped;
         for (std::size_t i = 0; i < n; ++i)
@@ -273,7 +275,7 @@ constexpr std::size_t kRenumberMinLanes = 4096;
 // by node index in passes whose loads do not wait on each other. The in-order lanes' chains, a
 // function of the issue sequence alone, are built afterwards in one pass over it.
 template <typename I>
-Outcome issueOrder(const GraphView &g, const Groups<I> &gr, Span<std::int64_t> issue, Topology<I> *topo) {
+Outcome issueOrder(const GraphView &g, const Groups<I> &gr, Span<NodeIndex> issue, Topology<I> *topo) {
     const std::size_t n = g.n(), E = g.numEdges();
     Outcome out;
     std::vector<I> indeg(n, 0);
@@ -332,7 +334,7 @@ Outcome issueOrder(const GraphView &g, const Groups<I> &gr, Span<std::int64_t> i
             const std::int64_t r = perm[static_cast<std::size_t>(p)];
             for (std::int64_t m = gr.begin(r); m < gr.end(r); ++m) {
                 const std::int64_t node = gr.member(m);
-                issue[placed++] = node;
+                issue[placed++] = static_cast<NodeIndex>(node);
                 const std::size_t q = node == r ? static_cast<std::size_t>(p) : static_cast<std::size_t>(pos[node]);
                 for (I e = rptr[q]; e < rptr[q + 1]; ++e) {
                     const I t = rdst[static_cast<std::size_t>(e)];
@@ -352,7 +354,7 @@ Outcome issueOrder(const GraphView &g, const Groups<I> &gr, Span<std::int64_t> i
             const std::int64_t r = heap.pop();
             for (std::int64_t m = gr.begin(r); m < gr.end(r); ++m) {
                 const std::int64_t node = gr.member(m);
-                issue[placed++] = node;
+                issue[placed++] = static_cast<NodeIndex>(node);
                 for (std::int64_t e = optr[node]; e < optr[node + 1]; ++e) {
                     const I t = odst[e];
                     if (--indeg[t] == 0) heap.push(g.order[t], t);
@@ -474,7 +476,7 @@ class Pass {
             for (std::int64_t m = first; m < end; ++m) {
                 const std::int64_t i = gr_.member(m);
                 phase_[i] = 3;
-                s_.order[placed_++] = i;
+                s_.order[placed_++] = static_cast<NodeIndex>(i);
             }
             for (std::int64_t m = first; m < end; ++m) release(gr_.member(m));
         }
@@ -537,7 +539,7 @@ class Pass {
             }
         }
         s_.start[i] = t;
-        s_.crit_pred[i] = p;
+        s_.crit_pred[i] = static_cast<NodeIndex>(p);
         s_.bound_by[i] = b;
     }
 
@@ -627,7 +629,7 @@ class Pass {
             chosen_[i] = static_cast<I>(best);
             if (free_[best] > st) {
                 st = free_[best];
-                s_.crit_pred[i] = srv_last_[best];
+                s_.crit_pred[i] = static_cast<NodeIndex>(srv_last_[best]);
                 s_.bound_by[i] = kBoundLane;
             }
         }
@@ -649,7 +651,7 @@ class Pass {
                 chosen_[i] = static_cast<I>(best);
                 if (free_[best] > st) {
                     st = free_[best];
-                    s_.crit_pred[i] = srv_last_[best];
+                    s_.crit_pred[i] = static_cast<NodeIndex>(srv_last_[best]);
                     s_.bound_by[i] = kBoundLane;
                 }
             }
@@ -663,7 +665,7 @@ class Pass {
             const std::int64_t i = gr_.member(m);
             if (s_.start[i] < gstart) {
                 s_.start[i] = gstart;
-                s_.crit_pred[i] = gbind;
+                s_.crit_pred[i] = static_cast<NodeIndex>(gbind);
                 s_.bound_by[i] = kBoundGroup;
             }
             s_.finish[i] = s_.start[i] + g_.dur[i];
@@ -778,7 +780,7 @@ bool acyclicWith(const GraphView &g, Span<const std::int64_t> xsrc, Span<const s
 // the order does not fit the graph: not a permutation in dependency order, a barrier group, a
 // node on a pool lane, a return before its holder, or a pool with no server left.
 template <typename I>
-bool retimeWith(const GraphView &g, Span<const std::int64_t> seq, Span<const std::int64_t> pool_size,
+bool retimeWith(const GraphView &g, Span<const NodeIndex> seq, Span<const std::int64_t> pool_size,
                 Span<std::int64_t> start, Span<std::int64_t> finish) {
     constexpr std::int64_t kLow = std::numeric_limits<std::int64_t>::min();
     const std::size_t n = g.n(), L = g.numLanes();
@@ -868,7 +870,7 @@ bool retimeWith(const GraphView &g, Span<const std::int64_t> seq, Span<const std
 }  // namespace detail
 
 // Re-time in a given placement order (detail::retimeWith); false when the order does not fit.
-inline bool retimeView(const GraphView &g, Span<const std::int64_t> seq, Span<const std::int64_t> pool_size,
+inline bool retimeView(const GraphView &g, Span<const NodeIndex> seq, Span<const std::int64_t> pool_size,
                        Span<std::int64_t> start, Span<std::int64_t> finish) {
     if (start.size != g.n() || finish.size != g.n()) return false;
     return detail::fitsInt32(g) ? detail::retimeWith<std::int32_t>(g, seq, pool_size, start, finish)
@@ -884,7 +886,7 @@ inline Outcome scheduleView(const GraphView &g, const ScheduleOut &s) {
 }
 
 // The issue order (in-order lanes serve in it), into ``issue`` (n entries).
-inline Outcome topologicalOrderView(const GraphView &g, Span<std::int64_t> issue) {
+inline Outcome topologicalOrderView(const GraphView &g, Span<NodeIndex> issue) {
     if (detail::fitsInt32(g)) {
         const detail::Groups<std::int32_t> gr(g.group);
         return detail::issueOrder<std::int32_t>(g, gr, issue, nullptr);
@@ -973,9 +975,9 @@ inline std::string describeCycle(const Graph &g, const Groups<std::int64_t> &gr,
 }  // namespace detail
 
 // The engine's visiting order; throws GraphError naming the ops of a cycle.
-inline std::vector<std::int64_t> topologicalOrder(const Graph &g) {
+inline std::vector<NodeIndex> topologicalOrder(const Graph &g) {
     const GraphView v = g.view();
-    std::vector<std::int64_t> issue(g.n());
+    std::vector<NodeIndex> issue(g.n());
     const Outcome out = topologicalOrderView(v, viewOf(issue));
     if (out.status == Status::GroupEdge) {
         std::size_t i = 0;  // the dependent node of edge ``where``

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -75,12 +76,12 @@ struct Graph {
     std::vector<std::int64_t> bytes;
     std::vector<std::int64_t> order;
     std::vector<std::int64_t> release;
-    std::vector<std::int64_t> group;
+    std::vector<std::int32_t> group;  // (i64 in the file)
     std::vector<std::int32_t> hold_lane;   // pool lane whose server the node holds, or kNoLane
-    std::vector<std::int64_t> hold_until;  // node at whose finish that server is returned, or -1
+    std::vector<NodeIndex> hold_until;  // node at whose finish that server is returned, or -1 (i64 in the file)
     // edges, CSR by dependent node
     std::vector<std::int64_t> dep_ptr;  // n + 1
-    std::vector<std::int64_t> dep_src;
+    std::vector<NodeIndex> dep_src;  // (i64 in the file)
     std::vector<std::uint8_t> dep_kind;
     std::vector<std::int64_t> dep_lag;
 
@@ -156,6 +157,20 @@ class Reader {
         if (nbytes) std::memcpy(out.data(), data_ + pos_, nbytes);
         pos_ += nbytes;
     }
+    // ``count`` 64-bit entries of the file as 32-bit ones (node indices, view.hh NodeIndex, and
+    // barrier group ids); an entry outside the 32-bit range is refused here, the rest of its
+    // checks are Graph::validate's.
+    void readIndex(std::vector<NodeIndex> &out, std::size_t count, const char *name, const std::string &where) {
+        std::vector<std::int64_t> wide;
+        read(wide, count);
+        out.resize(count);
+        for (std::size_t k = 0; k < count; ++k) {
+            if (wide[k] < std::numeric_limits<NodeIndex>::min() || wide[k] > std::numeric_limits<NodeIndex>::max())
+                throw FormatError(where + ": array '" + name + "' entry " + std::to_string(k) + " is " +
+                                  std::to_string(wide[k]) + ", outside the 32-bit range of an index");
+            out[k] = static_cast<NodeIndex>(wide[k]);
+        }
+    }
     template <typename T>
     T scalar() {
         T v;
@@ -214,8 +229,8 @@ inline Graph parseGraph(const char *data, std::size_t size, const std::string &w
                           " edges, " + std::to_string(l) + " lanes) imply " +
                           (ok ? std::to_string(expect) : std::string("an impossible number of")) +
                           " bytes, but the file has " + std::to_string(size) + " (truncated or corrupt)");
-    if (n > static_cast<std::uint64_t>(INT64_MAX / 4) || l > static_cast<std::uint64_t>(INT32_MAX))
-        throw FormatError(where + ": too many nodes or lanes");
+    if (n > static_cast<std::uint64_t>(INT32_MAX) || l > static_cast<std::uint64_t>(INT32_MAX))
+        throw FormatError(where + ": too many nodes or lanes (at most 2^31 - 1 of each: a node index is 32 bits)");
     Graph g;
     rd.read(g.lane_servers, l);
     rd.read(g.lane_type, l);
@@ -232,11 +247,11 @@ inline Graph parseGraph(const char *data, std::size_t size, const std::string &w
     rd.read(g.bytes, n);
     rd.read(g.order, n);
     rd.read(g.release, n);
-    rd.read(g.group, n);
+    rd.readIndex(g.group, n, "group", where);
     rd.read(g.hold_lane, n);
-    rd.read(g.hold_until, n);
+    rd.readIndex(g.hold_until, n, "hold_until", where);
     rd.read(g.dep_ptr, n + 1);
-    rd.read(g.dep_src, e);
+    rd.readIndex(g.dep_src, e, "dep_src", where);
     rd.read(g.dep_kind, e);
     rd.read(g.dep_lag, e);
     if (std::memcmp(data + rd.pos(), kEndMagic, 8) != 0)

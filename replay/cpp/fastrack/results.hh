@@ -42,7 +42,7 @@ struct Summary {
 // lane_code are the engine's kBoundGroup and kBoundLane. ``totals`` must be zero on entry.
 // Returns false (totals then partial) when an index or code on the way is out of range.
 template <typename C>
-bool walkPath(Span<const std::int64_t> start, Span<const std::int64_t> finish, Span<const std::int64_t> pred,
+bool walkPath(Span<const std::int64_t> start, Span<const std::int64_t> finish, Span<const NodeIndex> pred,
               Span<const std::int8_t> bound, Span<const std::int64_t> slot_wait, std::int64_t i, std::int64_t t,
               std::int64_t t_stop, Span<const C> node_code, Span<const std::int64_t> edge_code,
               std::int64_t launch_code, std::int64_t release_code, std::int64_t group_code, std::int64_t lane_code,

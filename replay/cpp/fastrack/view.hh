@@ -14,6 +14,11 @@
 namespace fastrack {
 
 // A pointer and a length, for arrays owned elsewhere (a std::vector, a numpy buffer).
+// A node's index as the graph's arrays store it (edge sources, pool returners, a schedule's
+// binding predecessors and placement order; barrier group ids are 32 bits too): 32 bits, since a graph has at most 2^26 nodes
+// (replay.graph.MAX_NODES; replay.graph.INDEX is the same type).
+using NodeIndex = std::int32_t;
+
 template <typename T>
 struct Span {
     T *data = nullptr;
@@ -40,12 +45,12 @@ struct GraphView {
     Span<const std::int64_t> dur;
     Span<const std::int64_t> order;
     Span<const std::int64_t> release;
-    Span<const std::int64_t> group;      // barrier group id, or -1
+    Span<const std::int32_t> group;      // barrier group id (below 2^31), or -1
     Span<const std::int32_t> hold_lane;  // pool lane whose server the node holds, or -1
-    Span<const std::int64_t> hold_until; // node at whose finish it is returned, or -1
+    Span<const NodeIndex> hold_until;    // node at whose finish it is returned, or -1
     // edges, CSR by dependent node
     Span<const std::int64_t> dep_ptr;  // n + 1
-    Span<const std::int64_t> dep_src;
+    Span<const NodeIndex> dep_src;
     Span<const std::uint8_t> dep_kind;
     Span<const std::int64_t> dep_lag;
 
