@@ -1113,3 +1113,43 @@ def test_output_that_is_a_symbolic_link_is_refused(tmp_path):
     r = CliRunner().invoke(main, ["export-gem5", str(trace), "-o", str(link)])
     assert r.exit_code == 2 and "symbolic link" in r.output and len(r.output.strip().splitlines()) == 1
     assert link.is_symlink() and list(real.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the proof script (benchmarks/tools/gem5_proof.py): its cases exist and export; it refuses no gem5
+
+
+def _proof_module():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "tools" / "gem5_proof.py"
+    spec = importlib.util.spec_from_file_location("gem5_proof", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_proof_script_cases_are_exportable(tmp_path):
+    proof = _proof_module()
+    root = Path(__file__).resolve().parent.parent
+    for name, (trace, args) in proof.CASES.items():
+        assert trace.startswith("traces/") or trace in proof.SYNTH or trace == proof.THREADS, name
+        if trace.startswith("traces/"):
+            assert (root / trace).is_file(), name
+    proof.write_threads(tmp_path / proof.THREADS)
+    runner = CliRunner()
+    from replay.frontend.cli import main as replay_main
+
+    res = runner.invoke(replay_main, ["export-gem5", str(tmp_path / proof.THREADS), "--protocol", "baseline",
+                                      "-o", str(tmp_path / "x")])
+    assert res.exit_code == 0, res.output
+    lanes = {r["name"] for r in json.loads((tmp_path / "x" / "expected.json").read_text())["resources"]}
+    assert {"rank0/csl_h2d", "rank0/csl_d2h"} <= lanes  # the case exists to contend the channel locks
+
+
+def test_the_proof_script_refuses_a_missing_gem5(tmp_path, capsys):
+    proof = _proof_module()
+    assert proof.main(["--gem5", str(tmp_path / "nope" / "gem5.opt"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a file" in err
+    assert not (tmp_path / "o").exists()
