@@ -853,6 +853,15 @@ def test_bad_references_are_messages(core, good_export, tmp_path):
     lane = g.lane.copy()
     lane[holder] = g.hold_lane[holder]
     assert "is a pool" in _run_bad(core, _patched(g, tmp_path, lane=lane)).stderr
+    # a 64-bit edge source beyond the core's 32-bit node index: refused by position, the value not echoed
+    raw = bytearray(_patched(g, tmp_path).read_bytes())
+    at = HEADER_BYTES + 14 * len(lanes) + 70 * g.n + 8 * (g.n + 1)  # dep_src[0] (the documented layout)
+    assert int.from_bytes(raw[at:at + 8], "little", signed=True) == int(g.dep_src[0])
+    raw[at:at + 8] = (1 << 40).to_bytes(8, "little", signed=True)
+    (tmp_path / "wide.bin").write_bytes(bytes(raw))
+    err = _run_bad(core, tmp_path / "wide.bin").stderr
+    assert "array 'dep_src' entry 0 is outside the 32-bit range" in err and str(1 << 40) not in err
+    assert err.count("\n") == 1
 
 
 @pytest.mark.slow

@@ -9,15 +9,16 @@
 //
 //   schedule(g, out) -> (status, where, placed)
 //       g: the 14 arrays of a GraphView, in its order (lane_servers i32, lane_shared bool/i8,
-//          lane_max_servers i32, lane i32, dur i64, order i64, release i64, group i64,
-//          hold_lane i32, hold_until i64, dep_ptr i64, dep_src i64, dep_kind u8, dep_lag i64);
-//       out: start, finish, crit_pred (i64), bound_by (i8), order, slot_wait (i64), n each, and
-//          lane_servers (i64, L).
-//   topological_order(g, issue) -> (status, where, placed)      issue: i64, n
-//   retime(g, seq, pool_size, start, finish) -> bool              seq: i64, n (a placement order);
+//          lane_max_servers i32, lane i32, dur i64, order i64, release i64, group i32,
+//          hold_lane i32, hold_until i32, dep_ptr i64, dep_src i32, dep_kind u8, dep_lag i64;
+//          node indices are fastrack::NodeIndex, int32);
+//       out: start, finish (i64), crit_pred (i32), bound_by (i8), order (i32), slot_wait (i64),
+//          n each, and lane_servers (i64, L).
+//   topological_order(g, issue) -> (status, where, placed)      issue: i32, n
+//   retime(g, seq, pool_size, start, finish) -> bool              seq: i32, n (a placement order);
 //       pool_size: i64, L; start, finish: i64, n (written). False: the order does not fit the graph
 //   is_acyclic(g, extra_src, extra_dst) -> bool                   i64 node indices
-//   walk_path(start, finish, crit_pred, bound_by, slot_wait, node, t, t_stop, node_code (i8 or
+//   walk_path(start, finish, crit_pred (i32), bound_by, slot_wait, node, t, t_stop, node_code (i8 or
 //             i64), edge_code, launch, release, group, lane, wait, totals) -> None
 // Status codes: fastrack::Status (module constants OK, GROUP_EDGE, CYCLE, POOL_RETURN, STUCK).
 #include "fastrack/pybuffer.hh"  // first: it includes Python.h

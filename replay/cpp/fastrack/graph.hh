@@ -166,8 +166,8 @@ class Reader {
         out.resize(count);
         for (std::size_t k = 0; k < count; ++k) {
             if (wide[k] < std::numeric_limits<NodeIndex>::min() || wide[k] > std::numeric_limits<NodeIndex>::max())
-                throw FormatError(where + ": array '" + name + "' entry " + std::to_string(k) + " is " +
-                                  std::to_string(wide[k]) + ", outside the 32-bit range of an index");
+                throw FormatError(where + ": array '" + name + "' entry " + std::to_string(k) +
+                                  " is outside the 32-bit range of a node index");
             out[k] = static_cast<NodeIndex>(wide[k]);
         }
     }
