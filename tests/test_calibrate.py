@@ -3,7 +3,6 @@ and bad measurement files (one line naming the file and the field, exit 2, no pr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -14,15 +13,13 @@ from click.testing import CliRunner
 from replay.frontend.calibrate import MICROBENCH_SETS, Point, point_graph
 from replay.frontend.cli import main
 from replay.pipeline.run import replay_graph
+from scriptload import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _microbench():
-    spec = importlib.util.spec_from_file_location("cc_microbench", ROOT / "benchmarks" / "cc_microbench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/cc_microbench.py")
 
 
 def _calibrate(tmp_path, doc: dict, name="m.json", *extra):

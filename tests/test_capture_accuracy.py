@@ -1,22 +1,19 @@
 """benchmarks/validation/capture_accuracy.py: the held-out parameter handling (fast) and that the accuracy
 block of docs/capture-accuracy.md is what the script writes today (slow: ten emulated captures)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from tracegen.emulation.costmodel import H100_SXM
+from scriptload import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("capture_accuracy", ROOT / "benchmarks" / "validation" / "capture_accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/validation/capture_accuracy.py")
 
 
 def test_values_read_off_the_held_out_trace_are_neutral():

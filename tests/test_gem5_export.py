@@ -1129,19 +1129,15 @@ def test_output_that_is_a_symbolic_link_is_refused(tmp_path):
 
 
 def _proof_module():
-    import importlib.util
+    from scriptload import load_script
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "tools" / "gem5_proof.py"
-    spec = importlib.util.spec_from_file_location("gem5_proof", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/tools/gem5_proof.py")
 
 
 def test_the_proof_script_cases_are_exportable(tmp_path):
     proof = _proof_module()
     root = Path(__file__).resolve().parent.parent
-    for name, (trace, args) in proof.CASES.items():
+    for name, (trace, _args) in proof.CASES.items():
         assert trace.startswith("traces/") or trace in proof.SYNTH or trace == proof.THREADS, name
         if trace.startswith("traces/"):
             assert (root / trace).is_file(), name

@@ -216,14 +216,9 @@ def test_run_replay_contract():
 
 
 def _validate_module():
-    import importlib.util
-    from pathlib import Path
+    from scriptload import load_script
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "validation" / "validate_model.py"
-    spec = importlib.util.spec_from_file_location("validate_model", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/validation/validate_model.py")
 
 
 def test_validate_model_refuses_a_file_without_markers(tmp_path, capsys):

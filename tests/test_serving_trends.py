@@ -3,21 +3,17 @@ block is what the script prints at this commit, and its options refuse bad input
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from scriptload import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "serving.md"
 
 
 def _module():
-    path = ROOT / "benchmarks" / "validation" / "validate_serving.py"
-    spec = importlib.util.spec_from_file_location("validate_serving", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/validation/validate_serving.py")
 
 
 def _doc_sections(mod) -> dict[int, str]:
