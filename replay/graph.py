@@ -315,9 +315,7 @@ class OpGraph:
         if self.hold_until is None:
             object.__setattr__(self, "hold_until", np.full(n, -1, INDEX))
         for name in INDEX_ARRAYS:  # (node indices: INDEX, whatever the constructor was given)
-            a = getattr(self, name)
-            if a.dtype != INDEX:
-                object.__setattr__(self, name, as_index(a, name))
+            object.__setattr__(self, name, as_index(getattr(self, name), name))
 
     @property
     def n(self) -> int:

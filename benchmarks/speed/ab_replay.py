@@ -20,18 +20,22 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _run(tree: Path, trace: Path, protocol: str) -> tuple[float, float]:
-    proc = subprocess.Popen([sys.executable, "-m", "replay.frontend.cli", "--protocol", protocol, str(trace), "--json"],
-                            cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(proc.pid, 0)
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    with tempfile.TemporaryFile() as errf:  # (a file, not a pipe: a child that fills a pipe would never exit)
+        proc = subprocess.Popen([sys.executable, "-m", "replay.frontend.cli", "--protocol", protocol, str(trace),
+                                 "--json"], cwd=tree, stdout=subprocess.DEVNULL, stderr=errf)
+        _, status, ru = os.wait4(proc.pid, 0)
+        errf.seek(0)
+        err = errf.read().decode(errors="replace").strip()
     if status:
-        raise SystemExit(f"ab_replay.py: replay failed in {tree}: {err.strip().splitlines()[-1:] or status}")
+        last = err.splitlines()[-1] if err else f"wait status {status}"
+        raise SystemExit(f"ab_replay.py: replay failed in {tree}: {last}")
     return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
 
 

@@ -86,8 +86,10 @@ def prove(name: str, trace: Path, args: list[str], gem5: Path, out: Path) -> tup
         return False, f"{name}: gem5 exit {sim.returncode}: {(sim.stderr or sim.stdout).strip()[-300:]}"
     res = json.loads(lines[-1])
     expected = json.loads((case / "expected.json").read_text())
-    py = json.loads(_run([sys.executable, "-m", "replay.frontend.cli", str(trace), "--json", "--no-reference",
-                          *args]).stdout or "{}")
+    rep = _run([sys.executable, "-m", "replay.frontend.cli", str(trace), "--json", "--no-reference", *args])
+    if rep.returncode:
+        return False, f"{name}: the Python replay failed: {rep.stderr.strip()[-300:]}"
+    py = json.loads(rep.stdout)
     stats = (m5out / "stats.txt").read_text()
     mismatches = sum(int(x) for x in re.findall(r"priceMismatches\s+(\d+)", stats))
     priced = sum(int(x) for x in re.findall(r"\.priced\s+(\d+)", stats))
@@ -95,8 +97,8 @@ def prove(name: str, trace: Path, args: list[str], gem5: Path, out: Path) -> tup
     ops = {m.group(1): int(float(m.group(2))) for m in re.finditer(r"laneOps::(\S+)\s+(\S+)", stats)}
     lanes_equal = all(busy.get(_lane_key(r["name"])) == r["busy_ns"] and ops.get(_lane_key(r["name"])) == r["ops"]
                       for r in expected["resources"])
-    makespan = py.get("makespan_ns")
-    ok = (res.get("match") is True and makespan is not None and res["sim_ticks"] == makespan * 1000
+    makespan = py["makespan_ns"]
+    ok = (res.get("match") is True and res["sim_ticks"] == makespan * 1000
           and mismatches == 0 and lanes_equal)
     row = (f"{name}: nodes {expected['nodes']:,}, Python makespan {makespan:,} ns, sim_ticks {res['sim_ticks']:,}, "
            f"match {res.get('match')}, priced {priced:,}, priceMismatches {mismatches}, "

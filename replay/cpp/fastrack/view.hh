@@ -13,12 +13,12 @@
 
 namespace fastrack {
 
-// A pointer and a length, for arrays owned elsewhere (a std::vector, a numpy buffer).
 // A node's index as the graph's arrays store it (edge sources, pool returners, a schedule's
-// binding predecessors and placement order; barrier group ids are 32 bits too): 32 bits, since a graph has at most 2^26 nodes
-// (replay.graph.MAX_NODES; replay.graph.INDEX is the same type).
+// binding predecessors and placement order; barrier group ids are 32 bits too): 32 bits, since a
+// graph has at most 2^26 nodes (replay.graph.MAX_NODES; replay.graph.INDEX is the same type).
 using NodeIndex = std::int32_t;
 
+// A pointer and a length, for arrays owned elsewhere (a std::vector, a numpy buffer).
 template <typename T>
 struct Span {
     T *data = nullptr;
