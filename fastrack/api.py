@@ -421,7 +421,8 @@ def replay(trace: TraceLike, protocol: str = "fastrack", *, model: str | None = 
     ``none`` so that :attr:`Result.slowdown` is set. With ``ranges`` the result also carries its range over
     the preset's assumption ranges (:attr:`Result.makespan_range_ns`, :attr:`Result.slowdown_range`,
     :attr:`Result.range_driver`; docs/model.md "Uncertainty ranges"), at about two replays per ranged
-    parameter the protocol reads."""
+    parameter the protocol reads, evaluated on threads over the CPUs this process may use within a
+    memory allowance (docs/model.md, "Points at once"; the range does not depend on it)."""
     _, results, _ = _results(trace, [protocol], model, preset, params, scales, data_parallel, bucket_mb, reference,
                              ranges)
     return results[protocol.strip()]

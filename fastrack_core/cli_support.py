@@ -15,6 +15,7 @@ import functools
 import os
 import importlib
 import logging
+import re
 import sys
 import threading
 from typing import Callable, Iterator, Sequence
@@ -149,7 +150,7 @@ class LazyGroup(click.Group):
                 click.echo(exc.ctx.get_help())
                 sys.exit(0)
             where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            click.echo(f"error: {one_line(exc.format_message())}{where}", err=True)
+            click.echo(f"error: {one_line(usage_message(exc))}{where}", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             click.echo(f"error: {one_line(exc.format_message())}", err=True)
@@ -164,6 +165,57 @@ class LazyGroup(click.Group):
             module_name, attr = self.lazy_commands[name].split(":")
             return getattr(importlib.import_module(module_name), attr)
         return super().get_command(ctx, name)
+
+
+class OwnBadParameter(click.BadParameter):
+    """A bad option value reported in a message of ours, which names the value by type and size
+    only (:func:`fastrack_core.errors.shown`): shown as it is by :func:`usage_message`."""
+
+
+_EXTRA_ARGS = re.compile(r"^Got unexpected extra arguments? \((.*)\)$", re.S)
+_NO_COMMAND = re.compile(r"^No such command '(.*)'\.$", re.S)
+
+
+def _expected(param: click.Parameter | None) -> str:
+    """What an option takes, in words (from its declared type: ours, not the input)."""
+    typ = getattr(param, "type", None)
+    if isinstance(typ, (click.IntRange, click.FloatRange)):
+        what = "an integer" if isinstance(typ, click.IntRange) else "a number"
+        describe = getattr(typ, "_describe_range", None)
+        return f"{what} in {describe()}" if callable(describe) else what
+    if isinstance(typ, click.Choice):
+        return "one of " + ", ".join(map(str, typ.choices))
+    return {click.INT: "an integer", click.FLOAT: "a number", click.BOOL: "a boolean"}.get(
+        typ, f"a value of type {typ.name}" if typ is not None else "another value")
+
+
+def usage_message(exc: click.UsageError) -> str:
+    """Click's usage error without what was typed (docs/robustness.md, "Nothing from the input in
+    messages"): a bad value says what the option takes, an unknown option or extra arguments are
+    named by type and size; a file an option or argument names stays, as for every error about a
+    file the user gave."""
+    from fastrack_core.errors import shown
+
+    if isinstance(exc, click.NoSuchOption):
+        near = [p for p in (exc.possibilities or ()) if p]
+        hint = f"; did you mean {', '.join(sorted(near))}?" if near else ""
+        return f"no such option {shown(exc.option_name)}{hint}"
+    if isinstance(exc, click.BadParameter) and not isinstance(exc, (click.MissingParameter, OwnBadParameter)) \
+            and not isinstance(getattr(exc.param, "type", None), (click.Path, click.File)):
+        if exc.param is not None and exc.ctx is not None:
+            name = exc.param.get_error_hint(exc.ctx)
+        else:
+            name = exc.param_hint if isinstance(exc.param_hint, str) else "an option"
+        return f"Invalid value for {name}: expected {_expected(exc.param)}"
+    message = exc.format_message()
+    m = _EXTRA_ARGS.match(message)
+    if m:
+        n = len(m.group(1).split())
+        return f"got {n} unexpected extra argument{'s' if n != 1 else ''}"
+    m = _NO_COMMAND.match(message)
+    if m:
+        return f"no such command {shown(m.group(1))}"
+    return message
 
 
 def one_line(text: str) -> str:

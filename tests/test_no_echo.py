@@ -45,6 +45,37 @@ def test_cli_values_are_not_echoed(args, tmp_path, monkeypatch):
     assert len([ln for ln in out.splitlines() if ln.strip()]) == 1, out
 
 
+@pytest.mark.parametrize("args, says", [
+    (["run", "--range-jobs", TOKEN, TRACE], "'--range-jobs': expected an integer in 1<=x<=256"),
+    (["sweep", TRACE, "-j", TOKEN, "-o", "unused.parquet"], "'--jobs': expected an integer in x>=1"),
+    (["run", f"--{TOKEN}", TRACE], "no such option (a str of 13 characters)"),
+    (["run", f"--{TOKEN}=1", TRACE], "no such option (a str of 13 characters)"),
+    (["run", "--protocl", "baseline", TRACE], "did you mean --protocol?"),
+    (["run", TRACE, TOKEN, TOKEN], "got 2 unexpected extra arguments"),
+    (["sweep", TRACE, "--dask-timeout", TOKEN, "-o", "unused.parquet"], "expected a number in 0.1<=x<=3600"),
+])
+def test_click_usage_errors_say_what_an_option_takes_not_what_was_typed(args, says, tmp_path, monkeypatch):
+    """Click's own messages repeat the value (``'sk-...' is not a valid integer``); ours say what
+    the option takes (fastrack_core.cli_support.usage_message), on one line, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    code, out = _run(args)
+    assert code == 2, out
+    assert TOKEN not in out and "PLANTED" not in out, out
+    assert says in out and len([ln for ln in out.splitlines() if ln.strip()]) == 1, out
+
+
+def test_an_unknown_command_is_named_by_size():
+    from tracegen.cli import main as tracegen_main
+
+    r = CliRunner().invoke(tracegen_main, [TOKEN])
+    assert r.exit_code == 2 and TOKEN not in r.output and "no such command (a str of 11 characters)" in r.output
+
+
+def test_our_own_option_messages_are_kept():
+    code, out = _run(["sweep", TRACE, "--protocols", "baseline", "--dask-timeout", "nan", "-o", "unused.parquet"])
+    assert code == 2 and "'--dask-timeout': expected a number, got nan" in out, out
+
+
 def test_shown_and_closest():
     assert shown(TOKEN) == "(a str of 11 characters)"
     assert closest("fastrak", ["baseline", "fastrack", "none"]) == "; did you mean 'fastrack'?"

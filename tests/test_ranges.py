@@ -575,3 +575,82 @@ def test_both_engines_give_the_same_ranges(tmp_path):
     graph = _graph_of(tmp_path, "random")
     got = twins.agree("engine", lambda: RangeStudy(graph).protocol_range("baseline"))
     assert got["ranges"]["points_retimed"] > 20
+
+
+# ---------------------------------------------------------------------------------------------
+# points evaluated at once (RangeStudy(jobs=...), --range-jobs)
+
+
+@pytest.mark.parametrize("which, exact", [("random", False), ("random", True), ("bert_infer.parquet", False),
+                                          ("two-ranks", False)])
+def test_the_report_does_not_depend_on_how_many_points_run_at_once(tmp_path, which, exact, monkeypatch):
+    """Threads evaluate points (re-priced, re-transformed, the exact ends) at once; each point is a
+    function of its values alone and is recorded in the order asked, so the whole report, counts
+    included, is the one-at-a-time report."""
+    from replay.pipeline import ranges
+    from replay.pipeline.ranges import RangeStudy
+
+    monkeypatch.setattr(ranges, "PARALLEL_MEMORY_BYTES", 1 << 40)  # (every slot allowed: the most threads)
+    graph = _graph_of(tmp_path, which)
+    one = RangeStudy(graph, jobs=1, exact=exact).protocol_range("baseline")
+    many = RangeStudy(graph, jobs=4, exact=exact).protocol_range("baseline")
+    assert many == one
+    assert one["ranges"]["points_replayed"] > 4
+
+
+def test_points_at_once_stay_within_the_memory_allowance(tmp_path, monkeypatch):
+    from replay.pipeline import ranges
+    from replay.pipeline.ranges import RangeStudy, graph_bytes
+
+    graph = _graph_of(tmp_path, "random")
+    study = RangeStudy(graph, jobs=8)
+    side = study._side("baseline")
+    g = side.base_graph
+    light, heavy = 94 * g.n + 8 * g.dep_src.size, 2 * graph_bytes(g) + 70 * g.n
+    assert graph_bytes(g) > g.dur.nbytes + g.dep_src.nbytes
+    monkeypatch.setattr(ranges, "PARALLEL_MEMORY_BYTES", 0)
+    assert study._slots([side]) == (1, 1)  # nothing extra allowed: one point at a time
+    monkeypatch.setattr(ranges, "PARALLEL_MEMORY_BYTES", 2 * heavy)
+    assert study._slots([side]) == (min(8, 1 + 2 * heavy // light), 3)  # the allowance: 2 more re-transformed graphs
+    monkeypatch.setattr(ranges, "PARALLEL_MEMORY_BYTES", 1 << 50)
+    assert study._slots([side]) == (8, 8)  # never more than jobs
+
+
+def test_a_failing_point_fails_the_study_whatever_the_threads(tmp_path, monkeypatch):
+    from replay.pipeline.ranges import RangeStudy
+
+    graph = _graph_of(tmp_path, "random")
+    real = RangeStudy._model_at
+
+    def model_at(self, values):
+        if "submit.kernel_ns" in values:
+            raise ConfigError("planted failure")
+        return real(self, values)
+
+    monkeypatch.setattr(RangeStudy, "_model_at", model_at)
+    for jobs in (1, 3):
+        with pytest.raises(ConfigError, match="planted failure"):
+            RangeStudy(graph, jobs=jobs).protocol_range("baseline")
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 257])
+def test_range_jobs_outside_its_range_are_refused(jobs, tmp_path):
+    from replay.pipeline.ranges import RangeStudy
+    from replay.pipeline.run import load_graph
+
+    graph, _ = load_graph(write(tmp_path / "t.parquet", _launches(2)))
+    with pytest.raises(ConfigError, match=r"range jobs: not an integer in 1\.\.256"):
+        RangeStudy(graph, jobs=jobs)
+
+
+def test_range_jobs_on_the_command_line(tmp_path):
+    trace = str(write(tmp_path / "t.parquet", _launches(6)))
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "replay.frontend.cli", *args], capture_output=True, text=True)
+
+    one, two = (cli("--protocol", "baseline", "--ranges", "--json", "--range-jobs", j, trace) for j in ("1", "2"))
+    assert one.returncode == two.returncode == 0, one.stderr + two.stderr
+    assert json.loads(one.stdout) == json.loads(two.stdout)
+    bad = cli("--protocol", "baseline", "--ranges", "--range-jobs", "0", trace)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "expected an integer in 1<=x<=256" in bad.stderr

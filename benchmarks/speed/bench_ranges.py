@@ -2,7 +2,7 @@
 """What prediction ranges cost: ``replay --ranges --json`` against a single replay, in the same run
 (a script, not a test; docs/performance.md "Prediction ranges").
 
-    python benchmarks/speed/bench_ranges.py [--ops 1000000] [--protocol baseline] [--seed 0]
+    python benchmarks/speed/bench_ranges.py [--ops 1000000] [--protocol baseline] [--seed 0] [--range-jobs 1,2]
 
 0. Byte-compiles the project's packages first (``--no-compile`` skips it), as bench_replay.py does.
 1. Generates ``tracegen synth random --ops N --seed S`` into ``benchmarks/out/`` unless it is there
@@ -12,6 +12,10 @@
    other, and prints the CPU time (user + system, ``os.wait4``: exact per child) and peak memory
    of each, the ratio, the points the range study scheduled, re-priced and skipped, and the range
    itself. The target is a ratio of at most 3x.
+3. ``--range-jobs`` (comma-separated, default ``1`` and the CPUs this process may use): one
+   ``--ranges`` run per value, so the one-at-a-time study and the threaded one are measured in
+   the same run. Each gets two ratios: of CPU time (the work; threads add some) and of wall time
+   (what a user waits for). The reports must be identical; the script exits 1 if not.
 """
 
 from __future__ import annotations
@@ -71,21 +75,35 @@ def main() -> None:
     ap.add_argument("--protocol", default="baseline")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-compile", action="store_true", help="do not byte-compile the project's packages first")
+    ap.add_argument("--range-jobs", default=None,
+                    help="comma-separated --range-jobs values, one --ranges run each (default: 1 and the CPUs)")
     args = ap.parse_args()
+    from replay.pipeline.ranges import default_jobs
+
+    jobs = [int(j) for j in args.range_jobs.split(",")] if args.range_jobs else sorted({1, default_jobs()})
     if not args.no_compile:
         byte_compile()
     trace = ensure_trace(args.ops, args.seed)
     base = [sys.executable, "-m", "replay.frontend.cli", "--protocol", args.protocol, str(trace), "--json"]
     single = measured(base)
-    ranged = measured(base + ["--ranges"])
-    ratio = ranged["cpu_s"] / single["cpu_s"]
-    r = ranged["out"]
+    print(f"trace {trace.name} ({args.ops:,} ops), protocol {args.protocol}, 1-minute load {os.getloadavg()[0]:.1f}, "
+          f"{default_jobs()} CPUs")
+    print(f"single replay             CPU {single['cpu_s']:7.2f} s  wall {single['wall_s']:7.2f} s  "
+          f"peak {single['peak_mib']:,.0f} MiB")
+    reports = []
+    for j in jobs:
+        ranged = measured(base + ["--ranges", "--range-jobs", str(j)])
+        reports.append(ranged["out"])
+        ratio, wall = ranged["cpu_s"] / single["cpu_s"], ranged["wall_s"] / single["wall_s"]
+        print(f"--ranges --range-jobs {j:<3} CPU {ranged['cpu_s']:7.2f} s  wall {ranged['wall_s']:7.2f} s  "
+              f"peak {ranged['peak_mib']:,.0f} MiB  ratio CPU {ratio:.2f}x, wall {wall:.2f}x "
+              f"(target <= {TARGET:g}x: CPU {'pass' if ratio <= TARGET else 'MISS'}, "
+              f"wall {'pass' if wall <= TARGET else 'MISS'})")
+    if any(rep != reports[0] for rep in reports):
+        sys.exit("the --range-jobs runs gave different reports")
+    r = reports[0]
     info = r["ranges"]
-    print(f"trace {trace.name} ({args.ops:,} ops), protocol {args.protocol}, 1-minute load {os.getloadavg()[0]:.1f}")
-    print(f"single replay      CPU {single['cpu_s']:7.2f} s  wall {single['wall_s']:7.2f} s  peak {single['peak_mib']:,.0f} MiB")
-    print(f"with --ranges      CPU {ranged['cpu_s']:7.2f} s  wall {ranged['wall_s']:7.2f} s  peak {ranged['peak_mib']:,.0f} MiB")
-    print(f"ratio {ratio:.2f}x (target <= {TARGET:g}x: {'pass' if ratio <= TARGET else 'MISS'}); "
-          f"{len(info['parameters'])} ranged parameters read, {len(info['not_read'])} not read; "
+    print(f"{len(info['parameters'])} ranged parameters read, {len(info['not_read'])} not read; "
           f"{info['points_replayed']} points evaluated, {info['points_unchanged']} unchanged (not evaluated); "
           f"{info.get('points_repriced', 0)} of all these re-priced, the others re-transformed; "
           f"{info.get('points_retimed', 0)} re-timed in the preset's order, "

@@ -14,7 +14,8 @@ from fastrack_core.version import __version__
 from fastrack_core.cli_support import VERBOSITY_FLAGS, LazyGroup, fail, reports_errors, verbosity_options
 from fastrack_core.errors import FastrackError
 from replay.names import CAPTURED, NONE
-from replay.frontend.options import complete_protocols, data_parallel_options, json_option, model_options, scale_option, serving_option
+from replay.frontend.options import (complete_protocols, data_parallel_options, json_option, model_options,
+                                     range_jobs_option, scale_option, serving_option)
 from replay.frontend.report import format_summary
 
 COMMANDS = {
@@ -98,9 +99,10 @@ def main() -> None:
 @click.option("--ranges/--no-ranges", default=False, show_default=True,
               help="Also report the range of the result over the preset's assumption ranges (one-at-a-time ends "
                    "and two corners: about 2 replays per ranged parameter the protocol reads; docs/model.md).")
+@range_jobs_option
 @reports_errors
 def run_command(trace, protocol, model, preset, overrides, as_json, timeline, overwrite, reference, data_parallel,
-                bucket_mb, scale, serving, ranges):
+                bucket_mb, scale, serving, ranges, range_jobs):
     """Replay TRACE under PROTOCOL and report time, where it went, and resources."""
     from fastrack_core.memory import keep_freed_heap, release_when_large
     from replay.frontend.report import setup_report
@@ -145,7 +147,7 @@ def run_command(trace, protocol, model, preset, overrides, as_json, timeline, ov
     if ranges:  # (keeps the trace graph: every range point re-transforms it; replay/pipeline/ranges.py)
         from replay.pipeline.ranges import RangeStudy
 
-        study = RangeStudy(graph, model, preset, overrides, scales, reference=ref is not None)
+        study = RangeStudy(graph, model, preset, overrides, scales, reference=ref is not None, jobs=range_jobs)
         if ref is not None and ref.kept is not None:
             study.adopt(NONE, ref.kept)  # (the reference's replay: not transformed and scheduled again)
             ref.kept = None

@@ -18,7 +18,7 @@ from replay.graph import Category
 from replay.names import NONE
 from replay.frontend.options import (
     check_outputs, complete_protocols, data_parallel_options, json_option, model_options, overwrite_option, scale_option,
-    serving_option,
+    range_jobs_option, serving_option,
 )
 from replay.plugins import DEFAULT_MODEL
 from replay.frontend.report import fmt_ns
@@ -29,7 +29,7 @@ DEFAULT_PROTOCOLS = f"{NONE},baseline,fastrack"
 def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, preset: str | None = None,
             overrides: Sequence[str] = (), data_parallel: int | None = None,
             bucket_mb: float = DEFAULT_BUCKET_MB, scales: Mapping[str, float] | None = None,
-            serving: bool = False, ranges: bool = False) -> dict[str, Any]:
+            serving: bool = False, ranges: bool = False, range_jobs: int | None = None) -> dict[str, Any]:
     """Replay ``trace`` under each protocol. Returns {'trace', 'rows': [...]} with slowdowns
     relative to ``none`` (added to the run if missing, as the reference). ``scales``: what-if
     duration factors (:mod:`replay.whatif.scale`), the same for every protocol. Rows carry serving
@@ -58,7 +58,7 @@ def compare(trace: str, protocols: Sequence[str], model: str = DEFAULT_MODEL, pr
     if ranges:
         from replay.pipeline.ranges import RangeStudy
 
-        study = RangeStudy(graph, model, preset, overrides, scales, reference=True)
+        study = RangeStudy(graph, model, preset, overrides, scales, reference=True, jobs=range_jobs)
     for p in dict.fromkeys([NONE, *protocols]):
         rep = replay_graph(graph, p, model, preset, overrides, trace_ops=tr.num_ops, scales=scales,
                            track_reads=study is not None)
@@ -278,10 +278,11 @@ def _short(name: str, width: int = 16) -> str:
 @click.option("--ranges/--no-ranges", default=False, show_default=True,
               help="Also give each protocol's range over the preset's assumption ranges (about 2 replays per ranged "
                    "parameter a protocol reads; docs/model.md).")
+@range_jobs_option
 @overwrite_option
 @reports_errors
 def command(trace, protocols, model, preset, overrides, as_json, plot, data_parallel, bucket_mb, scale, serving,
-            ranges, overwrite):
+            ranges, range_jobs, overwrite):
     """Replay TRACE under several protocols and compare makespan, slowdown and breakdown."""
     from replay.whatif.scale import parse_scales
 
@@ -291,7 +292,7 @@ def command(trace, protocols, model, preset, overrides, as_json, plot, data_para
 
         check_format(plot, "--plot")  # before the replays
     d = compare(trace, protocols.split(","), model, preset, overrides, data_parallel, bucket_mb, parse_scales(scale),
-                serving, ranges)
+                serving, ranges, range_jobs)
     if plot:
         plot_breakdown(d, plot)
     click.echo(json.dumps(d, sort_keys=True) if as_json else format_table(d))

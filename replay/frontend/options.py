@@ -145,6 +145,16 @@ def executor_options(func):
     return func
 
 
+def range_jobs_option(func):
+    """``--range-jobs`` -> ``range_jobs`` (None: the default, every CPU this process may use)."""
+    from replay.pipeline.ranges import MAX_JOBS
+
+    return click.option("--range-jobs", type=click.IntRange(1, MAX_JOBS), default=None, metavar="N",
+                        help="With --ranges: range points evaluated at once, in threads, within a memory allowance "
+                             "(default: the CPUs this process may use; 1 = one at a time). The report is the same "
+                             "for any N (docs/model.md).")(func)
+
+
 def dask_timeout_option(func):
     """``--dask-timeout`` -> ``dask_timeout``."""
     from replay.frontend.study.executors import DASK_TIMEOUT_S
@@ -157,7 +167,9 @@ def dask_timeout_option(func):
 def _finite(ctx, param, value):
     """FloatRange lets NaN through (every comparison with NaN is false): refuse it here."""
     if value is not None and value != value:
-        raise click.BadParameter("expected a number, got nan", ctx=ctx, param=param)
+        from fastrack_core.cli_support import OwnBadParameter
+
+        raise OwnBadParameter("expected a number, got nan", ctx=ctx, param=param)
     return value
 
 

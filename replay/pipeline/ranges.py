@@ -35,12 +35,16 @@ where they cannot change the result:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fastrack_core.errors import ConfigError
 from replay.graph import OpGraph
 from replay.names import CAPTURED, NONE
 from replay.plugins import DEFAULT_MODEL
@@ -50,6 +54,36 @@ from replay.plugins import DEFAULT_MODEL
 # re-transformed and scheduled), some 6x a single replay at 1M ops, so they are asked for
 # (``--ranges``), not on by default.
 RANGES_DEFAULT = False
+
+# How much memory a range study may add to evaluate points at once (docs/model.md "Prediction
+# ranges", "Points at once"): an assumption of ours, chosen so that a 1M-op study (2.6M nodes under
+# `baseline`) runs two re-transformed points and several re-priced ones together, and a 10M-op one
+# adds at most one re-priced point; 1 GiB, in bytes.
+PARALLEL_MEMORY_BYTES = 1 << 30
+MAX_JOBS = 256  # the most threads a study is given (``--range-jobs``' range)
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on (its affinity mask where the system has one), at most
+    :data:`MAX_JOBS`: a range study's threads when not told."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(MAX_JOBS, n))
+
+
+def graph_bytes(g: OpGraph) -> int:
+    """The bytes of a graph's arrays (its nodes, edges and lanes), as :meth:`RangeStudy._slots`
+    counts them."""
+    total = 0
+    for obj in (g, g.lanes):
+        for f in dataclasses.fields(obj):
+            a = getattr(obj, f.name)
+            if isinstance(a, np.ndarray):
+                total += a.nbytes
+    return total
+
 
 NO_RANGE_NOTE = "{protocol}: no range (the protocol assumes nothing CC-related; its parameters are not varied)"
 
@@ -172,6 +206,16 @@ def makespan_of(graph: OpGraph, sched=None) -> int:
 
 
 @dataclass(frozen=True)
+class _Outcome:
+    """One evaluated point of a side: its makespan and how it was found (:meth:`RangeStudy._record`)."""
+
+    makespan: int
+    repriced: bool = False  # re-priced from the preset's graph (else re-transformed)
+    unchanged: bool = False  # the same schedule inputs as the preset's graph: not scheduled
+    estimated: bool = False  # re-timed in the preset's placement order, not scheduled
+
+
+@dataclass(frozen=True)
 class _Times:
     """Start and finish of every node, as :func:`makespan_of` reads a schedule."""
 
@@ -219,13 +263,18 @@ class RangeStudy:
 
     def __init__(self, graph: OpGraph, model: str = DEFAULT_MODEL, preset: str | None = None,
                  overrides: Sequence[str] = (), scales: Mapping[str, float] | None = None, reference: bool = True,
-                 exact: bool = False):
+                 exact: bool = False, jobs: int | None = None):
         from replay.plugins import load_model
         from replay.whatif.scale import check_scales, scale_durations
 
         self.model, self.preset, self.overrides = model, preset, tuple(overrides)
         self.reference = reference
         self.exact = exact  # schedule every re-priced point instead of re-timing it
+        # points evaluated at once, in threads (None: default_jobs()); the report does not depend on it
+        self.jobs = default_jobs() if jobs is None else int(jobs)
+        if not 1 <= self.jobs <= MAX_JOBS:
+            raise ConfigError(f"range jobs: not an integer in 1..{MAX_JOBS}")
+        self._lock = threading.Lock()  # (a side's re-pricer and placement are made once, by one thread)
         self._cls = load_model(model)
         hw = self._cls.from_preset(preset, self.overrides)
         self.ranged = ranged_parameters(hw)
@@ -280,46 +329,115 @@ class RangeStudy:
 
     def _repricer(self, side: _Side):
         """The side's re-pricer, or None when its graph is not re-priced (replay.pipeline.reprice)."""
-        if side.repricer is None:
-            from replay.pipeline.reprice import Repricer
-            from replay.plugins import load_protocol
+        with self._lock:
+            if side.repricer is None:
+                from replay.pipeline.reprice import Repricer
+                from replay.plugins import load_protocol
 
-            rp = Repricer(self._graph, side.base_graph, side.protocol, load_protocol(side.protocol), side.hw)
-            side.repricer = rp if rp.ok else False
+                rp = Repricer(self._graph, side.base_graph, side.protocol, load_protocol(side.protocol), side.hw)
+                side.repricer = rp if rp.ok else False
         return side.repricer or None
+
+    def _moved(self, side: _Side, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The values of ``values`` that ``side``'s transform read and that differ from the preset."""
+        return {k: v for k, v in values.items() if (side.reads is None or k in side.reads) and v != self._value[k]}
 
     def _at(self, side: _Side, values: Mapping[str, Any]) -> int:
         """The side's makespan with ``values`` (``{name: value}``, the others at the preset)."""
-        moved = {k: v for k, v in values.items()
-                 if (side.reads is None or k in side.reads) and v != self._value[k]}
+        moved = self._moved(side, values)
         key = _key(moved)
         if key not in side.makespan:
-            from replay.plugins import load_protocol
-
-            hw = self._model_at(moved)
-            g = None
-            if moved and set(moved) <= self._repriced:  # prices only: re-price the preset's graph
-                rp = self._repricer(side)
-                g = rp.at(hw) if rp is not None else None
-            repriced = g is not None
-            if repriced:
-                side.repriced += 1
-                unchanged = rp.unchanged(g)  # (same nodes and edges: durations, lags, lane sizes may differ)
-            else:
-                g = load_protocol(side.protocol)(self._graph, hw)
-                unchanged = same_schedule_inputs(g, side.base_graph)
-            if unchanged:
-                side.makespan[key] = side.makespan[()]
-                side.transformed_only += 1
-            else:
-                times = self._retimed(side, g) if repriced and not self.exact else None
-                side.makespan[key] = makespan_of(g, times)
-                side.replayed += 1
-                if times is not None:
-                    side.estimated.add(key)
-                    side.retimed += 1
-            del g
+            self._record(side, key, self._evaluate(side, moved))
         return side.makespan[key]
+
+    def _evaluate(self, side: _Side, moved: Mapping[str, Any], heavy=None) -> _Outcome:
+        """The side's makespan at the moved values, and how it was found. Changes nothing shared
+        (the side's lazily made re-pricer and placement are made under the study's lock), so points
+        may be evaluated in threads (:meth:`_fill`); ``heavy``: a semaphore held while a point is
+        re-transformed and scheduled, which bounds how many such graphs exist at once."""
+        from replay.plugins import load_protocol
+
+        hw = self._model_at(moved)
+        g = None
+        if moved and set(moved) <= self._repriced:  # prices only: re-price the preset's graph
+            rp = self._repricer(side)
+            g = rp.at(hw) if rp is not None else None
+        if g is not None:
+            if rp.unchanged(g):  # (same nodes and edges: durations, lags, lane sizes may differ)
+                return _Outcome(side.makespan[()], repriced=True, unchanged=True)
+            times = self._retimed(side, g) if not self.exact else None
+            return _Outcome(makespan_of(g, times), repriced=True, estimated=times is not None)
+        with heavy if heavy is not None else contextlib.nullcontext():
+            g = load_protocol(side.protocol)(self._graph, hw)
+            if same_schedule_inputs(g, side.base_graph):
+                return _Outcome(side.makespan[()], unchanged=True)
+            return _Outcome(makespan_of(g))
+
+    @staticmethod
+    def _record(side: _Side, key: tuple, out: _Outcome) -> None:
+        """Keep an evaluated point's makespan and count how it was found (in the calling thread)."""
+        side.makespan[key] = out.makespan
+        side.repriced += out.repriced
+        if out.unchanged:
+            side.transformed_only += 1
+            return
+        side.replayed += 1
+        if out.estimated:
+            side.estimated.add(key)
+            side.retimed += 1
+
+    # ---- evaluating many points at once
+    def _fill(self, wanted: Sequence[tuple[_Side, Mapping[str, Any]]]) -> None:
+        """Evaluate every point of ``wanted`` (``(side, values)``) not evaluated yet, up to
+        ``jobs`` at a time in threads (the engine and the large array operations release the GIL),
+        and record them in the order given, so the study's report does not depend on ``jobs``.
+        Concurrency is bounded by :data:`PARALLEL_MEMORY_BYTES` (see :func:`_slots`)."""
+        todo, seen = [], set()
+        for side, values in wanted:
+            moved = self._moved(side, values)
+            key = _key(moved)
+            if key not in side.makespan and (id(side), key) not in seen:
+                seen.add((id(side), key))
+                todo.append((side, key, moved))
+        if self.jobs <= 1 or len(todo) <= 1:
+            for side, key, moved in todo:
+                self._record(side, key, self._evaluate(side, moved))
+            return
+        light, heavy = self._slots([side for side, _, _ in todo])
+        gate = threading.BoundedSemaphore(heavy)
+        results = self._threads(light, [(lambda sd=sd, mv=mv: self._evaluate(sd, mv, gate)) for sd, _, mv in todo])
+        for (side, key, _), out in zip(todo, results):
+            self._record(side, key, out)
+
+    def _slots(self, sides: Sequence[_Side]) -> tuple[int, int]:
+        """How many points may be evaluated at once, and how many of them re-transformed at once:
+        each at most ``jobs``, and such that the extra graphs fit :data:`PARALLEL_MEMORY_BYTES`
+        (a re-priced point about 94 bytes per node and 8 per edge: new durations and lags, a
+        re-timing or a schedule with its working arrays; a re-transformed one about twice its
+        graph plus a schedule)."""
+        big = max(sides, key=lambda sd: sd.base_graph.n if sd.base_graph is not None else 0)
+        g = big.base_graph
+        if g is None:
+            return 1, 1
+        light_bytes = 94 * g.n + 8 * int(g.dep_src.size)
+        heavy_bytes = 2 * graph_bytes(g) + 70 * g.n
+        return (max(1, min(self.jobs, 1 + PARALLEL_MEMORY_BYTES // max(1, light_bytes))),
+                max(1, min(self.jobs, 1 + PARALLEL_MEMORY_BYTES // max(1, heavy_bytes))))
+
+    @staticmethod
+    def _threads(workers: int, tasks: Sequence) -> list:
+        """Each task's result, in order, run on ``workers`` threads; the first failure (in task
+        order) is raised once every started task has ended, and tasks not started are cancelled."""
+        if workers <= 1 or len(tasks) <= 1:
+            return [t() for t in tasks]
+        from concurrent.futures import ThreadPoolExecutor
+
+        ex = ThreadPoolExecutor(max_workers=min(workers, len(tasks)), thread_name_prefix="fastrack-range")
+        try:
+            futures = [ex.submit(t) for t in tasks]
+            return [f.result() for f in futures]
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
 
     def _retimed(self, side: _Side, g: OpGraph) -> _Times | None:
         """A re-priced graph's start and finish in the placement order of the preset's schedule
@@ -328,10 +446,11 @@ class RangeStudy:
         is then scheduled)."""
         from replay.pipeline.engine import retime, schedule
 
-        if side.placement is None:
-            s0 = schedule(side.base_graph)
-            side.placement = (s0.order, s0.lane_servers)
-            del s0
+        with self._lock:
+            if side.placement is None:
+                s0 = schedule(side.base_graph)
+                side.placement = (s0.order, s0.lane_servers)
+                del s0
         order, servers = side.placement
         if getattr(g, "_servers_changed", False):
             return None  # (more or fewer servers on a lane: the preset's placement order does not carry over)
@@ -339,16 +458,24 @@ class RangeStudy:
         out = retime(g, order, servers)
         return None if out is None else _Times(*out)
 
-    def _exact(self, side: _Side, key: tuple) -> bool:
-        """Schedule an estimated point of ``side`` exactly; False when it was exact already."""
-        if key not in side.estimated:
+    def _exact(self, wanted: Sequence[tuple[_Side, tuple]]) -> bool:
+        """Schedule exactly the estimated points of ``wanted`` (``(side, key)``), up to ``jobs`` at a
+        time; False when every one was exact already."""
+        todo, seen = [], set()
+        for sd, key in wanted:
+            if key in sd.estimated and (id(sd), key) not in seen:
+                seen.add((id(sd), key))
+                todo.append((sd, key))
+        if not todo:
             return False
 
-        hw = self._model_at(dict(key))
-        rp = self._repricer(side)
-        g = rp.at(hw)
-        side.makespan[key] = makespan_of(g)
-        side.estimated.discard(key)
+        def exact(sd: _Side, key: tuple) -> int:
+            return makespan_of(self._repricer(sd).at(self._model_at(dict(key))))
+
+        light, _ = self._slots([sd for sd, _ in todo]) if self.jobs > 1 else (1, 1)
+        for (sd, key), m in zip(todo, self._threads(light, [(lambda sd=sd, key=key: exact(sd, key)) for sd, key in todo])):
+            sd.makespan[key] = m
+            sd.estimated.discard(key)
         return True
 
     # ---- the study
@@ -399,6 +526,8 @@ class RangeStudy:
         def study() -> tuple[list, dict, list, list]:
             """Every point (cached after the first call), the rows and the corners."""
             base = (m0, (m0 / r0) if r0 else None)
+            sides = [sd for sd in (side, ref) if sd is not None]
+            self._fill([(sd, {r.name: v}) for r in used for v in (r.low, r.high) if v != r.value for sd in sides])
             rows, evaluated, at = [], [base], [{}]
             for r in used:
                 at_low = point({r.name: r.low}) if r.low != r.value else base
@@ -415,7 +544,7 @@ class RangeStudy:
                              "spread": max(h) - min(h), "makespan_spread_ns": max(ms) - min(ms),
                              "estimated": [estimate({r.name: r.low}), estimate({r.name: r.high})],
                              "_ends": (at_low, at_high)})
-            corners = {}
+            corners, wanted = {}, []
             for metric, pick in (("headline", headline), ("makespan", lambda pt: float(pt[0]))):
                 up, down = {}, {}
                 for row in rows:  # each parameter at the end that raised (lowered) the result most, if one did
@@ -425,15 +554,17 @@ class RangeStudy:
                         up[row["parameter"]] = row["high"] if b >= a else row["low"]
                     if min(a, b) < c:
                         down[row["parameter"]] = row["low"] if a <= b else row["high"]
-                for name, values in (("high", up), ("low", down)):
-                    if len(values) > 1:  # (one parameter: its own end, already evaluated)
-                        pt = point(values)
-                        evaluated.append(pt)
-                        at.append(values)
-                        corners.setdefault(f"{metric}_{name}", {"parameters": dict(sorted(values.items())),
-                                                                "makespan_ns": pt[0],
-                                                                "slowdown": None if ref is None else slowdown(
-                                                                    pt[0], self._at(ref, values), JSON_DIGITS)})
+                wanted += [(metric, name, values) for name, values in (("high", up), ("low", down))
+                           if len(values) > 1]  # (one parameter: its own end, already evaluated)
+            self._fill([(sd, values) for _, _, values in wanted for sd in sides])
+            for metric, name, values in wanted:
+                pt = point(values)
+                evaluated.append(pt)
+                at.append(values)
+                corners.setdefault(f"{metric}_{name}", {"parameters": dict(sorted(values.items())),
+                                                        "makespan_ns": pt[0],
+                                                        "slowdown": None if ref is None else slowdown(
+                                                            pt[0], self._at(ref, values), JSON_DIGITS)})
             return rows, corners, evaluated, at
 
         def exact_ends(evaluated: list, at: list) -> bool:
@@ -443,14 +574,8 @@ class RangeStudy:
                 ks = [k for k in range(len(evaluated)) if f(k) is not None]
                 if ks:
                     ends |= {min(ks, key=f), max(ks, key=f)}
-            changed = False
-            for k in sorted(ends):
-                for sd in (side, ref):
-                    if sd is not None:
-                        key = _key({n: v for n, v in at[k].items()
-                                    if (sd.reads is None or n in sd.reads) and v != self._value[n]})
-                        changed |= self._exact(sd, key)
-            return changed
+            return self._exact([(sd, _key(self._moved(sd, at[k]))) for k in sorted(ends)
+                                for sd in (side, ref) if sd is not None])
 
         rows, corners, evaluated, at = study()
         for _ in range(8):  # (each round makes at least one estimate exact; the ends settle within a few)

@@ -36,7 +36,7 @@ from fastrack_core.errors import ConfigError
 from replay.names import NONE
 from replay.frontend.options import (
     complete_protocols, dask_timeout_option, executor_options, json_option, study_model_option, study_presets_option,
-    sweep_set_option,
+    range_jobs_option, sweep_set_option,
 )
 from replay.plugins import DEFAULT_MODEL
 from replay.frontend.study.executors import DASK_TIMEOUT_S, batches, execute, open_executor
@@ -175,10 +175,11 @@ def build_spec(traces: Sequence[str], study: str | None, protocols: Sequence[str
 @click.option("--ranges/--no-ranges", default=False, show_default=True,
               help="After the sweep, give every point's range over its preset's assumption ranges (in this "
                    "process, about 2 replays per ranged parameter; printed and in --json, not in the table).")
+@range_jobs_option
 @json_option
 @reports_errors
 def command(traces, study, protocols, presets, model, overrides, output, executor, jobs, progress, overwrite,
-            add_none, dask_timeout, ranges, as_json):
+            add_none, dask_timeout, ranges, range_jobs, as_json):
     """Run a study: TRACES x protocols x presets x parameter values, one Parquet row per point.
 
     'none' is added where a slowdown needs it. Format of study files and of the table:
@@ -198,7 +199,7 @@ def command(traces, study, protocols, presets, model, overrides, output, executo
         raise ConfigError("no output file: give -o results.parquet (or [study] output in the study file)")
     rep = run_sweep(spec, output, executor=executor, jobs=jobs, overwrite=overwrite, progress=progress_default(progress),
                     dask_timeout=dask_timeout, log=logging.getLogger(__name__).debug)  # -v: errors stay one line
-    spans = point_ranges(plan_study(spec).points) if ranges else None
+    spans = point_ranges(plan_study(spec).points, range_jobs) if ranges else None
     if as_json:
         click.echo(json.dumps(dict(dataclasses.asdict(rep), points_per_s=rep.points_per_s,
                                    **({"ranges": spans} if spans is not None else {})), sort_keys=True))
@@ -215,7 +216,7 @@ def command(traces, study, protocols, presets, model, overrides, output, executo
                f"in {rep.seconds:.1f} s{rate}")
 
 
-def point_ranges(points) -> list[dict[str, Any]]:
+def point_ranges(points, jobs: int | None = None) -> list[dict[str, Any]]:
     """The range report (:mod:`replay.pipeline.ranges`) of every point but the ``none`` ones, in plan
     order: one range study per (trace, preset, fixed parameters, scales), each trace's graph built
     once. Each entry: trace, protocol, preset, overrides, makespan_ns, slowdown_vs_none and the keys
@@ -236,7 +237,8 @@ def point_ranges(points) -> list[dict[str, Any]]:
         sk = (pt.trace_abs, pt.preset_arg, pt.overrides, pt.scales)
         if sk not in studies:
             studies.clear()
-            studies[sk] = RangeStudy(graphs[pt.trace_abs], pt.model, pt.preset_arg, pt.overrides, dict(pt.scales))
+            studies[sk] = RangeStudy(graphs[pt.trace_abs], pt.model, pt.preset_arg, pt.overrides, dict(pt.scales),
+                                     jobs=jobs)
         d = studies[sk].protocol_range(pt.protocol)
         m = d["ranges"].get("makespan_ns")  # (the study's own replay at the preset)
         r = d["ranges"].get("reference_ns")
