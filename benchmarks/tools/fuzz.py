@@ -485,6 +485,17 @@ def gen_cli(rng, corpus, i):
         argv = ["--protocol", "none", name, "--data-parallel", rng.choice(["0", "1", "2", "-3", "100000", "x"]),
                 "--bucket-mb", rng.choice(["0", "25", "-1", "nan", "1e300", "0.001"])]
         return Case(i, "cli-dp", "replay", argv, files)
+    if r < 0.78:  # the secret typed where a typed option, an option name or an argument belongs
+        argv = rng.choice([
+            ["--protocol", "baseline", name, "--ranges", "--range-jobs", SECRET],
+            ["--protocol", "none", name, "--data-parallel", SECRET],
+            ["--protocol", "none", name, "--bucket-mb", SECRET],
+            ["--protocol", "none", name, f"--{SECRET}"],
+            ["--protocol", "none", name, f"--{SECRET}=1"],
+            ["--protocol", "none", name, SECRET],
+            ["sweep", name, "--protocols", "none", "-j", SECRET, "-o", "o.parquet"],
+        ])
+        return Case(i, "cli-secret", "replay", argv, files)
     if r < 0.85:
         sub = rng.choice(["random", "memcpy"])
         if sub == "random":
