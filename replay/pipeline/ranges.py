@@ -30,6 +30,10 @@ where they cannot change the result:
 * a point's graph (re-priced or transformed) whose schedule inputs equal the preset's (say, a
   memset price on a trace without memsets): same inputs, same schedule, so it is not scheduled.
 
+The points of each phase (the one-at-a-time ends, the corners, the ends scheduled exactly) are
+evaluated on up to ``jobs`` threads within :data:`PARALLEL_MEMORY_BYTES`, and recorded in the
+order a one-at-a-time study evaluates them, so the report does not depend on ``jobs``.
+
 ``captured`` and ``none`` have no range: nothing CC-related is assumed there.
 """
 
@@ -519,9 +523,7 @@ class RangeStudy:
 
         def estimate(values: Mapping[str, Any]) -> bool:
             """Whether the point's makespan on either side is still a re-timed estimate."""
-            return any(sd is not None and _key({n: v for n, v in values.items()
-                                                if (sd.reads is None or n in sd.reads) and v != self._value[n]})
-                       in sd.estimated for sd in (side, ref))
+            return any(sd is not None and _key(self._moved(sd, values)) in sd.estimated for sd in (side, ref))
 
         def study() -> tuple[list, dict, list, list]:
             """Every point (cached after the first call), the rows and the corners."""
