@@ -61,8 +61,8 @@ RANGES_DEFAULT = False
 
 # How much memory a range study may add to evaluate points at once (docs/model.md "Prediction
 # ranges", "Points at once"): an assumption of ours, chosen so that a 1M-op study (2.6M nodes under
-# `baseline`) runs two re-transformed points and several re-priced ones together, and a 10M-op one
-# adds at most one re-priced point; 1 GiB, in bytes.
+# `baseline`) runs two re-transformed points or four re-priced ones together, and a 10M-op one
+# runs one point at a time, as without threads; 1 GiB, in bytes.
 PARALLEL_MEMORY_BYTES = 1 << 30
 MAX_JOBS = 256  # the most threads a study is given (``--range-jobs``' range)
 
