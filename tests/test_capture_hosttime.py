@@ -187,11 +187,15 @@ def test_virtual_replay_adds_what_capture_recorded(vclock, virtual_script):
 
 def test_real_script_time_follows_the_burn(emu, burn_script):
     """The burn dominates each step (well above the modelled tens of us) and twice the burn
-    costs clearly more: at 2x the iterations at least 1.3x the host time (2x expected; the
-    measured spread is in benchmarks/validation/script_time.py)."""
-    low = _per_step_host_ms(_capture(burn_script, LOW))
-    high = _per_step_host_ms(_capture(burn_script, HIGH))
-    assert low > 1.0 and high > 1.3 * low, (low, high)
+    costs clearly more: at 2x the iterations at least 1.3x the script's measured thread CPU
+    time (2x expected; the measured spread is in benchmarks/validation/script_time.py). The
+    comparison is of the measured time before scaling: each capture scales by its own
+    calibration loop, which a loaded machine slows by different amounts in two runs (one CI run
+    saw the scaled per-step times of the two levels 1.16x apart)."""
+    low_t, high_t = _capture(burn_script, LOW), _capture(burn_script, HIGH)
+    assert _per_step_host_ms(low_t) > 1.0
+    low, high = (t.metadata["host_time"]["script_cpu_ns"] for t in (low_t, high_t))
+    assert high > 1.3 * low, (low, high)
 
 
 def test_default_mode_is_script_with_metadata(emu, burn_script):
