@@ -241,7 +241,7 @@ class _Side:
     read, and its makespan at each point evaluated (by the point's parameter values)."""
 
     protocol: str
-    base_graph: OpGraph | None
+    base_graph: OpGraph
     reads: set[str] | None  # None: unknown (every parameter counts as read)
     makespan: dict[tuple, int] = field(default_factory=dict)
     replayed: int = 0  # points scheduled (re-priced or re-transformed)
@@ -403,9 +403,7 @@ class RangeStudy:
             if key not in side.makespan and (id(side), key) not in seen:
                 seen.add((id(side), key))
                 todo.append((side, key, moved))
-        if self.jobs <= 1 or len(todo) <= 1:
-            for side, key, moved in todo:
-                self._record(side, key, self._evaluate(side, moved))
+        if not todo:
             return
         light, heavy = self._slots([side for side, _, _ in todo])
         gate = threading.BoundedSemaphore(heavy)
@@ -419,10 +417,7 @@ class RangeStudy:
         (a re-priced point about 94 bytes per node and 8 per edge: new durations and lags, a
         re-timing or a schedule with its working arrays; a re-transformed one about twice its
         graph plus a schedule)."""
-        big = max(sides, key=lambda sd: sd.base_graph.n if sd.base_graph is not None else 0)
-        g = big.base_graph
-        if g is None:
-            return 1, 1
+        g = max((sd.base_graph for sd in sides), key=lambda graph: graph.n)
         light_bytes = 94 * g.n + 8 * int(g.dep_src.size)
         heavy_bytes = 2 * graph_bytes(g) + 70 * g.n
         return (max(1, min(self.jobs, 1 + PARALLEL_MEMORY_BYTES // max(1, light_bytes))),
@@ -476,7 +471,7 @@ class RangeStudy:
         def exact(sd: _Side, key: tuple) -> int:
             return makespan_of(self._repricer(sd).at(self._model_at(dict(key))))
 
-        light, _ = self._slots([sd for sd, _ in todo]) if self.jobs > 1 else (1, 1)
+        light, _ = self._slots([sd for sd, _ in todo])
         for (sd, key), m in zip(todo, self._threads(light, [(lambda sd=sd, key=key: exact(sd, key)) for sd, key in todo])):
             sd.makespan[key] = m
             sd.estimated.discard(key)
