@@ -457,3 +457,92 @@ def test_retime_declines_an_order_that_does_not_fit():
     assert twins.agree("engine", lambda: engine.retime(g, s.order[::-1].copy(), s.lane_servers)) is None
     assert twins.agree("engine", lambda: engine.retime(HAND["groups"], np.arange(4), np.ones(4, np.int64))) is None
     assert engine.retime(g, s.order[:1], s.lane_servers) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# resizing lanes without changing a schedule (prediction ranges skip such points exactly)
+
+
+def _resized(g, servers, max_servers):
+    import dataclasses
+
+    servers = np.asarray(servers, np.int32)
+    lanes = dataclasses.replace(g.lanes, servers=servers, max_servers=np.maximum(np.asarray(max_servers, np.int32), servers))
+    return dataclasses.replace(g, lanes=lanes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(any_graphs(), st.booleans(), st.lists(st.integers(-1, 3), min_size=5, max_size=5),
+       st.lists(st.integers(0, 4), min_size=5, max_size=5))
+def test_a_resize_the_rule_keeps_keeps_the_schedule(g, no_negative_lags, more, top):
+    """Whenever resize_keeps_schedule says a resize keeps the schedule, the resized graph's
+    schedule starts and finishes every node as before (both engines)."""
+    import dataclasses
+
+    if no_negative_lags:  # (the pool half of the rule needs the pass to pop in time order)
+        g = dataclasses.replace(g, dep_lag=np.maximum(g.dep_lag, 0))
+    try:
+        s = engine.schedule(g)
+    except GraphError:
+        return
+    k = len(g.lanes)
+    servers = np.maximum(1, g.lanes.servers[:5] + np.asarray(more[:k]))
+    max_servers = g.lanes.max_servers[:5] + np.asarray(top[:k])
+    if not engine.resize_keeps_schedule(g, engine.lane_slack(g, s), servers, np.maximum(max_servers, servers)):
+        return
+    g2 = _resized(g, servers, max_servers)
+    s2 = twins.agree("engine", lambda: engine.schedule(g2))
+    assert np.array_equal(s2.start, s.start) and np.array_equal(s2.finish, s.finish)
+    assert np.array_equal(s2.slot_wait, s.slot_wait)
+
+
+def _channel_graph(second_ready: int):
+    """Two copies' CE operations on one shared channel (lane 1, one server); node 2 holds a pool
+    server (lane 2: 1 server, up to 4) from its start until node 3 finishes."""
+    return graph([5, 10, 10, 3], deps=[(0, 1, F, 0), (0, 2, F, second_ready), (2, 3, F, 0)],
+                 lanes=[0, 1, 1, 0], types=[LaneType.HOST_THREAD, SHARED, POOL], servers=[1, 1, 1],
+                 max_servers=[1, 1, 4], holds=[(2, 3, 2)], order=[0, 1, 2, 3])
+
+
+def test_a_second_channel_changes_nothing_where_the_first_was_never_busy():
+    g = _channel_graph(second_ready=20)  # node 2 ready at 25, after node 1 ended (15)
+    s = engine.schedule(g)
+    slack = engine.lane_slack(g, s)
+    assert not slack.bound[1] and not slack.waited[2] and slack.final[2] == 1 and slack.monotone
+    more = np.asarray([1, 2, 1]), np.asarray([1, 2, 4])
+    assert engine.resize_keeps_schedule(g, slack, *more)
+    assert np.array_equal(engine.schedule(_resized(g, *more)).start, s.start)
+    # the pool may start larger or stop growing at 1 (its size never passed 1), not stop below it
+    assert engine.resize_keeps_schedule(g, slack, [1, 1, 3], [1, 1, 3])
+    assert engine.resize_keeps_schedule(g, slack, [1, 1, 1], [1, 1, 1])
+    # fewer servers on the channel lane, or an in-order lane resized: not decided by the rule
+    assert not engine.resize_keeps_schedule(g, slack, [2, 1, 1], [2, 1, 4])
+
+
+def test_a_second_channel_is_scheduled_where_the_first_was_busy():
+    g = _channel_graph(second_ready=0)  # both CE operations ready at 5: node 2 waits for node 1
+    s = engine.schedule(g)
+    assert s.start.tolist()[:3] == [0, 5, 15]
+    slack = engine.lane_slack(g, s)
+    assert slack.bound[1]
+    more = np.asarray([1, 2, 1]), np.asarray([1, 2, 4])
+    assert not engine.resize_keeps_schedule(g, slack, *more)
+    assert engine.schedule(_resized(g, *more)).start.tolist()[:3] == [0, 5, 5]  # (and it would have changed)
+
+
+def test_a_pool_that_made_a_holder_wait_is_not_resized_by_the_rule():
+    # nodes 1 and 2 each hold the pool's one server (it cannot grow) until they end: node 2 waits
+    g = graph([5, 10, 10], deps=[(0, 1, F, 0), (0, 2, F, 0)], lanes=[0, 1, 2],
+              types=[LaneType.HOST_THREAD, SHARED, SHARED, POOL], servers=[1, 1, 1, 1],
+              max_servers=[1, 1, 1, 1], holds=[(1, 1, 3), (2, 2, 3)], order=[0, 1, 2])
+    s = engine.schedule(g)
+    assert s.start.tolist() == [0, 5, 15] and s.slot_wait.tolist() == [0, 0, 10]
+    slack = engine.lane_slack(g, s)
+    assert slack.waited[3]
+    assert not engine.resize_keeps_schedule(g, slack, [1, 1, 1, 2], [1, 1, 1, 2])
+    # a negative lag anywhere: the pass may pop out of time order, so no pool is resized by the rule
+    neg = graph([5, 10, 10], deps=[(0, 1, DepKind.STREAM, -2), (0, 2, F, 20)], lanes=[0, 1, 2],
+                types=[LaneType.HOST_THREAD, SHARED, SHARED, POOL], servers=[1, 1, 1, 1],
+                max_servers=[1, 1, 1, 4], holds=[(1, 1, 3)], order=[0, 1, 2])
+    assert not engine.lane_slack(neg, engine.schedule(neg)).monotone
+    assert not engine.resize_keeps_schedule(neg, engine.lane_slack(neg, engine.schedule(neg)), [1, 1, 1, 2], [1, 1, 1, 4])

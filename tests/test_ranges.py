@@ -507,6 +507,11 @@ def test_a_study_that_reprices_reports_what_one_that_retransforms_does(tmp_path)
     # re-priced points are re-timed (estimates); re-transformed ones are scheduled
     assert a["ranges"].pop("points_retimed") > 20 and b["ranges"].pop("points_retimed") == 0
     assert b["ranges"].pop("points_estimated") == 0 and a["ranges"].pop("points_estimated") >= 0
+    # a re-priced point that only resizes lanes no node waited for is not evaluated; re-transformed,
+    # its graph differs from the preset's (the sizes) and is scheduled, to the same makespan
+    replayed, unchanged = (a["ranges"].pop("points_replayed"), b["ranges"].pop("points_replayed")), \
+        (a["ranges"].pop("points_unchanged"), b["ranges"].pop("points_unchanged"))
+    assert replayed[0] + unchanged[0] == replayed[1] + unchanged[1] and unchanged[0] > unchanged[1]
     for x, y in zip(a["ranges"]["parameters"], b["ranges"]["parameters"]):
         for k, est in enumerate(x.pop("estimated")):  # (an estimate may differ: the ends below may not)
             if est:
@@ -514,6 +519,46 @@ def test_a_study_that_reprices_reports_what_one_that_retransforms_does(tmp_path)
         y.pop("estimated")
         x.pop("spread"), y.pop("spread"), x.pop("makespan_spread_ns"), y.pop("makespan_spread_ns")
     assert a == b
+
+
+@pytest.mark.parametrize("which", ["random", "bert_infer.parquet"])
+def test_resizes_no_node_waited_for_are_the_preset_schedule(tmp_path, which):
+    """A second secure channel per direction and the bounce pools' other maxima change only lane
+    sizes; where no node of the preset schedule waited for those lanes, the study takes the
+    preset's makespan without evaluating the point (replay.pipeline.engine.resize_keeps_schedule),
+    and that is what a schedule of the point's graph gives."""
+    from replay.pipeline.engine import lane_slack, resize_keeps_schedule, schedule
+    from replay.pipeline.ranges import RangeStudy, makespan_of
+
+    graph = _graph_of(tmp_path, which)
+    study = RangeStudy(graph, reference=False, jobs=1)
+    out = study.protocol_range("baseline")
+    side = study._side("baseline")
+    rp = study._repricer(side)
+    s0 = schedule(side.base_graph)
+    slack = lane_slack(side.base_graph, s0)
+    rows = {r["parameter"]: r for r in out["ranges"]["parameters"]}
+    kept = 0
+    for name in ("ce.secure_channels_per_direction", "bounce.max_slots"):
+        row = rows[name]
+        for k, end in enumerate((row["low"], row["high"])):
+            g = rp.at(study._model_at({name: end}))
+            assert g is not None and rp.same_prices(g)
+            if end == row["value"] or rp.same_used_lanes(g):
+                continue
+            assert resize_keeps_schedule(side.base_graph, slack, g.lanes.servers, g.lanes.max_servers), (name, end)
+            assert row["makespan_ns"][k] == makespan_of(g, schedule(g)) == out["ranges"]["makespan_ns"]
+            assert not row["estimated"][k]
+            kept += 1
+    assert kept == 3  # the channels' high end, the pools' two
+    # without the rule the same points are evaluated (re-timed or scheduled), to the same report
+    plain = RangeStudy(graph, reference=False, jobs=1)
+    plain._resize_keeps = lambda side, g: False
+    other = plain.protocol_range("baseline")
+    assert other["ranges"]["points_unchanged"] == out["ranges"]["points_unchanged"] - kept
+    assert other["ranges"]["points_replayed"] == out["ranges"]["points_replayed"] + kept
+    assert [r["makespan_ns"] for r in other["ranges"]["parameters"]] == [r["makespan_ns"] for r in out["ranges"]["parameters"]]
+    assert other["makespan_range_ns"] == out["makespan_range_ns"]
 
 
 def test_the_ends_of_a_range_are_exact_schedules(tmp_path):

@@ -288,5 +288,74 @@ def retime(graph: OpGraph, seq: np.ndarray, pool_size: np.ndarray) -> tuple[np.n
     return start, finish
 
 
+@dataclass(frozen=True)
+class LaneSlack:
+    """What one schedule of a graph says about its lanes' sizes (:func:`lane_slack`), enough to
+    tell whether resizing lanes leaves that schedule as it is (:func:`resize_keeps_schedule`)."""
+
+    bound: np.ndarray  # bool per lane: a node running on it started later for a free server (BOUND_LANE)
+    # bool per lane: a holder of one of its servers started later for it (slot_wait > 0) or, perhaps
+    # after waiting for it, for a free server of the lane it runs on (a wait then not recorded)
+    waited: np.ndarray
+    final: np.ndarray  # int64 per lane: its servers at the end (Schedule.lane_servers: a pool's grown size)
+    monotone: bool  # no edge of the graph has a negative lag: the pass pops events in time order
+
+
+def lane_slack(graph: OpGraph, sched: Schedule) -> LaneSlack:
+    """The lanes' slack in ``sched``, a schedule of ``graph`` (a few values per lane)."""
+    nl = len(graph.lanes)
+    on = graph.lane >= 0
+    bound = np.bincount(graph.lane[on & (sched.bound_by == BOUND_LANE)], minlength=nl) > 0
+    holds = graph.hold_lane >= 0
+    late = (sched.slot_wait > 0) | (sched.bound_by == BOUND_LANE)
+    waited = np.bincount(graph.hold_lane[holds & late], minlength=nl) > 0
+    return LaneSlack(bound=bound, waited=waited, final=np.asarray(sched.lane_servers, np.int64).copy(),
+                     monotone=not bool(graph.dep_lag.size and graph.dep_lag.min() < 0))
+
+
+def resize_keeps_schedule(graph: OpGraph, slack: LaneSlack, servers: np.ndarray, max_servers: np.ndarray) -> bool:
+    """Whether ``graph`` with its lanes' servers and maximum servers set to ``servers`` and
+    ``max_servers`` (per lane) starts and finishes every node as the schedule ``slack`` came from
+    (:func:`lane_slack`): True only where the scheduling rule makes it certain, lane by lane for
+    every lane whose size changed and that a node uses:
+
+    * a lane nodes **run on** must be shared (an in-order lane with one server reads an explicit
+      STREAM edge instead of the lane, so its count is not only a count), gain or keep servers, and
+      have bound no node's start: each node then found a free server at its time, and with more
+      servers the earliest free one is free no later;
+    * a **pool** (nodes hold its servers; none runs on it) must have kept every holder waiting 0 ns,
+      never grown past its maximum (a deadlock broken by growing it), and keep a maximum of at
+      least the size it grew to. Then at every request the servers held, the same at the same
+      times, are fewer than that size, so a request at any starting size either finds a free
+      server or doubles to one: no holder waits, whatever the new starting size. This needs the
+      pass to pop in time order (``slack.monotone``): after a negative lag a request may wait for a
+      server returned at an earlier time, with no wait recorded.
+
+    The times are then those of the old schedule; the servers a node was given, its
+    ``crit_pred`` through a lane and the lanes' final sizes may differ. tests/test_native_engine.py
+    checks this rule against schedules of random graphs; a prediction range skips such points
+    (replay/pipeline/ranges.py)."""
+    lanes = graph.lanes
+    servers = np.asarray(servers, np.int64)
+    max_servers = np.asarray(max_servers, np.int64)
+    if servers.shape != lanes.servers.shape or max_servers.shape != lanes.max_servers.shape:
+        return False
+    nl = len(lanes)
+    runs = np.bincount(graph.lane[graph.lane >= 0], minlength=nl) > 0
+    holds = np.bincount(graph.hold_lane[graph.hold_lane >= 0], minlength=nl) > 0
+    changed = ((servers != lanes.servers) | (max_servers != lanes.max_servers)) & (runs | holds)
+    for k in np.flatnonzero(changed):
+        if runs[k] and holds[k]:
+            return False
+        if runs[k]:
+            if not lanes.shared[k] or servers[k] < lanes.servers[k] or slack.bound[k]:
+                return False
+        elif (not slack.monotone or slack.waited[k] or slack.final[k] > lanes.max_servers[k]
+              or max_servers[k] < slack.final[k] or servers[k] < 1):
+            return False
+    return True
+
+
 __all__ = ["Schedule", "schedule", "retime", "topological_order", "is_acyclic", "engine_name", "use_engine",
+           "LaneSlack", "lane_slack", "resize_keeps_schedule",
            "BOUND_GROUP", "BOUND_LANE", "BOUND_RELEASE", "NO_LANE"]

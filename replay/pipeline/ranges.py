@@ -227,6 +227,15 @@ class _Times:
     finish: np.ndarray
 
 
+def _keep_placement(side: "_Side", sched) -> None:
+    """Keep what the study reads of the side's preset schedule: its placement order and final lane
+    sizes (for re-timing) and its lanes' slack (for resizes that change nothing)."""
+    from replay.pipeline.engine import lane_slack
+
+    side.placement = (sched.order, sched.lane_servers)
+    side.slack = lane_slack(side.base_graph, sched)
+
+
 def _key(values: Mapping[str, Any]) -> tuple:
     return tuple(sorted(values.items()))
 
@@ -250,6 +259,7 @@ class _Side:
     repricer: Any = None  # replay.pipeline.reprice.Repricer of base_graph, made on first use (False: none)
     hw: Any = None  # the model at the preset's values
     placement: Any = None  # (order, lane_servers) of base_graph's schedule, made on first use
+    slack: Any = None  # replay.pipeline.engine.LaneSlack of that schedule, made with it
     estimated: set = field(default_factory=set)  # keys of points re-timed in that order, not scheduled
     retimed: int = 0  # points re-timed (estimates), before any was scheduled exactly
 
@@ -301,7 +311,7 @@ class RangeStudy:
         if protocol == CAPTURED or getattr(rep, "reads", None) is None:
             return
         side = _Side(protocol, rep.graph, set(rep.reads), hw=self._cls.from_preset(self.preset, self.overrides))
-        side.placement = (rep.schedule.order, rep.schedule.lane_servers)
+        _keep_placement(side, rep.schedule)
         side.makespan[()] = makespan_of(rep.graph, rep.schedule)
         if protocol == NONE:
             self._none = side
@@ -322,12 +332,12 @@ class RangeStudy:
         if base_graph is not None and same_schedule_inputs(base_graph, g0) and base_makespan is not None:
             m0 = int(base_makespan)  # the caller's replay of the same graph: no schedule needed
             if base_schedule is not None:
-                side.placement = (base_schedule.order, base_schedule.lane_servers)
+                _keep_placement(side, base_schedule)
         else:
             s0 = schedule(g0) if g0.n else None
             m0 = makespan_of(g0, s0)
             if s0 is not None:
-                side.placement = (s0.order, s0.lane_servers)
+                _keep_placement(side, s0)
         side.makespan[()] = m0
         return side
 
@@ -367,7 +377,8 @@ class RangeStudy:
             rp = self._repricer(side)
             g = rp.at(hw) if rp is not None else None
         if g is not None:
-            if rp.unchanged(g):  # (same nodes and edges: durations, lags, lane sizes may differ)
+            # (same nodes, edges and prices; lane sizes differ, if at all, where they change nothing)
+            if rp.same_prices(g) and (rp.same_used_lanes(g) or self._resize_keeps(side, g)):
                 return _Outcome(side.makespan[()], repriced=True, unchanged=True)
             times = self._retimed(side, g) if not self.exact else None
             return _Outcome(makespan_of(g, times), repriced=True, estimated=times is not None)
@@ -443,19 +454,34 @@ class RangeStudy:
         (:func:`replay.pipeline.engine.retime`): an estimate, which :meth:`_exact` replaces by a
         schedule where it decides a range's end. None where the order does not fit (the point
         is then scheduled)."""
-        from replay.pipeline.engine import retime, schedule
+        from replay.pipeline.engine import retime
 
-        with self._lock:
-            if side.placement is None:
-                s0 = schedule(side.base_graph)
-                side.placement = (s0.order, s0.lane_servers)
-                del s0
-        order, servers = side.placement
+        order, servers = self._placement(side)
         if getattr(g, "_servers_changed", False):
             return None  # (more or fewer servers on a lane: the preset's placement order does not carry over)
         g.validate()
         out = retime(g, order, servers)
         return None if out is None else _Times(*out)
+
+    def _placement(self, side: _Side) -> tuple[np.ndarray, np.ndarray]:
+        """The placement order and final lane sizes of the side's preset schedule, scheduled here
+        (once, under the study's lock) where the caller handed over no schedule."""
+        from replay.pipeline.engine import schedule
+
+        with self._lock:
+            if side.placement is None:
+                _keep_placement(side, schedule(side.base_graph))
+        return side.placement
+
+    def _resize_keeps(self, side: _Side, g: OpGraph) -> bool:
+        """Whether re-priced graph ``g``, with the preset graph's prices but other lane sizes (a
+        channel count, a pool's maximum), has the preset's schedule because no lane it resizes
+        ever delayed a node there (:func:`replay.pipeline.engine.resize_keeps_schedule`): exact,
+        so the point is not evaluated."""
+        from replay.pipeline.engine import resize_keeps_schedule
+
+        self._placement(side)
+        return resize_keeps_schedule(side.base_graph, side.slack, g.lanes.servers, g.lanes.max_servers)
 
     def _exact(self, wanted: Sequence[tuple[_Side, tuple]]) -> bool:
         """Schedule exactly the estimated points of ``wanted`` (``(side, key)``), up to ``jobs`` at a

@@ -327,13 +327,19 @@ class Repricer:
             top[self._pools] = max(1, int(hw.bounce_max_slots), int(hw.bounce_slots))
         return dur, lag, top
 
+    def same_prices(self, g: OpGraph) -> bool:
+        """Whether re-priced graph ``g`` has the preset graph's durations and lags."""
+        return np.array_equal(g.dur, self.g0.dur) and np.array_equal(g.dep_lag, self.g0.dep_lag)
+
     def unchanged(self, g: OpGraph) -> bool:
         """Whether re-priced graph ``g`` has the preset graph's schedule: the same durations and
         lags, and lanes that differ only where no node runs or holds (an unused lane's size)."""
-        g0 = self.g0
-        if not (np.array_equal(g.dur, g0.dur) and np.array_equal(g.dep_lag, g0.dep_lag)):
-            return False
-        a, b = g.lanes, g0.lanes
+        return self.same_prices(g) and self.same_used_lanes(g)
+
+    def same_used_lanes(self, g: OpGraph) -> bool:
+        """Whether re-priced graph ``g``'s lanes differ from the preset graph's only where no node
+        runs or holds."""
+        a, b = g.lanes, self.g0.lanes
         if a is b:
             return True
         differ = (a.servers != b.servers) | (a.max_servers != b.max_servers)
