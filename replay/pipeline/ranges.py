@@ -28,7 +28,11 @@ where they cannot change the result:
   trace;
 * an end equal to the preset's value;
 * a point's graph (re-priced or transformed) whose schedule inputs equal the preset's (say, a
-  memset price on a trace without memsets): same inputs, same schedule, so it is not scheduled.
+  memset price on a trace without memsets): same inputs, same schedule, so it is not scheduled;
+* a re-priced graph with the preset's prices whose lanes are resized only where no node of the
+  preset's schedule waited for a server (:func:`replay.pipeline.engine.resize_keeps_schedule`:
+  a second secure channel on a trace whose one channel never delayed a copy, a pool maximum above
+  the size the pool grew to): the engine's rule gives it the preset's schedule.
 
 The points of each phase (the one-at-a-time ends, the corners, the ends scheduled exactly) are
 evaluated on up to ``jobs`` threads within :data:`PARALLEL_MEMORY_BYTES`, and recorded in the
