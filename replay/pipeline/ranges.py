@@ -29,8 +29,8 @@ where they cannot change the result:
 * an end equal to the preset's value;
 * a point's graph (re-priced or transformed) whose schedule inputs equal the preset's (say, a
   memset price on a trace without memsets): same inputs, same schedule, so it is not scheduled;
-* a re-priced graph with the preset's prices whose lanes are resized only where no node of the
-  preset's schedule waited for a server (:func:`replay.pipeline.engine.resize_keeps_schedule`:
+* a point's graph (re-priced or transformed) with the preset's nodes, edges and prices whose
+  lanes are resized only where no node of the preset's schedule waited for a server (:func:`replay.pipeline.engine.resize_keeps_schedule`:
   a second secure channel on a trace whose one channel never delayed a copy, a pool maximum above
   the size the pool grew to): the engine's rule gives it the preset's schedule.
 
@@ -186,17 +186,25 @@ def schedule_inputs(graph: OpGraph) -> tuple[np.ndarray, ...]:
     return _arrays(graph)
 
 
-def same_schedule_inputs(a: OpGraph, b: OpGraph) -> bool:
+def same_schedule_inputs(a: OpGraph, b: OpGraph, sizes: bool = True) -> bool:
     """Whether ``a`` and ``b`` have the same schedule because the engine reads the same from both:
-    every array, except that a lane no node runs on or holds may differ in size."""
+    every array, except that a lane no node runs on or holds may differ in size. ``sizes=False``:
+    the lanes' sizes are not compared at all (the same nodes, edges, prices and lanes otherwise)."""
     if a.n != b.n or a.dep_src.size != b.dep_src.size or len(a.lanes) != len(b.lanes):
         return False
     xa, xb = schedule_inputs(a), schedule_inputs(b)
-    sizes = (0, 2)  # (lane servers and maximum servers: compared where a node uses the lane)
-    if not all(x.shape == y.shape and np.array_equal(x, y) for k, (x, y) in enumerate(zip(xa, xb)) if k not in sizes):
+    skip = (0, 2)  # (lane servers and maximum servers: compared where a node uses the lane)
+    if not all(x.shape == y.shape and np.array_equal(x, y) for k, (x, y) in enumerate(zip(xa, xb)) if k not in skip):
         return False
-    used = a.used_lanes()  # (a.lane and a.hold_lane equal b's here)
-    return all(np.array_equal(xa[k][used], xb[k][used]) for k in sizes)
+    return not sizes or same_used_sizes(a, b)
+
+
+def same_used_sizes(a: OpGraph, b: OpGraph) -> bool:
+    """Whether graphs with the same nodes and lanes have the same lane sizes wherever a node runs on
+    a lane or holds one of its servers."""
+    used = a.used_lanes()
+    return bool(np.array_equal(a.lanes.servers[used], b.lanes.servers[used])
+                and np.array_equal(a.lanes.max_servers[used], b.lanes.max_servers[used]))
 
 
 def makespan_of(graph: OpGraph, sched=None) -> int:
@@ -388,7 +396,8 @@ class RangeStudy:
             return _Outcome(makespan_of(g, times), repriced=True, estimated=times is not None)
         with heavy if heavy is not None else contextlib.nullcontext():
             g = load_protocol(side.protocol)(self._graph, hw)
-            if same_schedule_inputs(g, side.base_graph):
+            if same_schedule_inputs(g, side.base_graph, sizes=False) and (
+                    same_used_sizes(g, side.base_graph) or self._resize_keeps(side, g)):
                 return _Outcome(side.makespan[()], unchanged=True)
             return _Outcome(makespan_of(g))
 
