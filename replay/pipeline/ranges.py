@@ -212,13 +212,13 @@ def makespan_of(graph: OpGraph, sched=None) -> int:
     node reached to the last finish, without the rest of the summary. ``sched``: the graph's
     schedule (anything with ``start`` and ``finish``), scheduled here when not given."""
     from replay.pipeline.engine import schedule
-    from replay.pipeline.results import entry_times
+    from replay.pipeline.results import first_entry
 
     if not graph.n:
         return 0
     if sched is None:
         sched = schedule(graph)
-    return int(sched.finish.max() - entry_times(graph, sched).min())
+    return int(sched.finish.max()) - first_entry(graph, sched)
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,13 @@ class _Entered:
         out[self.at[k0:k1] - sl.start] = self.value[k0:k1]
         return out
 
+    def min(self) -> int:
+        """The earliest entry time (an entry time is never later than its node's start)."""
+        if self.full is not None:
+            return int(self.full.min())
+        first = int(self.start.min())
+        return first if self.at is None or not self.at.size else min(first, int(self.value.min()))
+
     def array(self) -> np.ndarray:
         if self.full is not None:
             return self.full
@@ -176,6 +183,11 @@ def _entered(graph: OpGraph, sched: Schedule) -> _Entered:
     entry = graph.release[sy].astype(np.int64, copy=True)
     np.maximum.at(entry, owner, bound)
     return _Entered(sched.start, sy, np.minimum(sched.start[sy], entry))
+
+
+def first_entry(graph: OpGraph, sched: Schedule) -> int:
+    """The earliest of :func:`entry_times`, without building the array."""
+    return _entered(graph, sched).min()
 
 
 def entry_times(graph: OpGraph, sched: Schedule) -> np.ndarray:
