@@ -121,6 +121,13 @@ class HardwareModel(abc.ABC):
     Params: ClassVar[type]
     presets_dir: ClassVar[Path]
     default_preset: ClassVar[str]
+    #: The model's *rule* methods: pure functions of their arguments and of the parameters they
+    #: read, which the protocol transforms call to decide structure (which copies qualify for the
+    #: direct path). A range study records their calls in the preset's transform and, at a point
+    #: that moves only parameters the transform read inside them, compares their answers instead of
+    #: transforming again (replay/pipeline/ranges.py). A model whose rule reads anything else than
+    #: its arguments and its parameters must leave it out.
+    rule_methods: ClassVar[tuple[str, ...]] = ("direct_eligible",)
 
     def __init__(self, preset: config.Preset):
         self._preset = preset

@@ -715,3 +715,89 @@ def test_range_jobs_on_the_command_line(tmp_path):
     assert json.loads(one.stdout) == json.loads(two.stdout)
     bad = cli("--protocol", "baseline", "--ranges", "--range-jobs", "0", trace)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "expected an integer in 1<=x<=256" in bad.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# rule methods: a point moving only parameters read inside them is compared by the rules' answers
+
+
+def test_transform_tracked_keeps_the_reads_inside_rule_methods_apart(monkeypatch):
+    import replay.plugins as plugins
+    from replay.pipeline.ranges import transform_tracked
+
+    hw = _h100().from_preset()
+    assert "direct_eligible" in hw.rule_methods
+
+    def by_the_rule(graph, model):  # reads the direct table only through the model's rule
+        model.direct_eligible(np.array([1, 2], np.int8), np.array([1, 1], np.int8), np.array([10, 1 << 20]))
+        assert model.p.pcie.latency_ns > 0
+        return graph
+
+    def also_directly(graph, model):  # reads one of its parameters outside the rule as well
+        by_the_rule(graph, model)
+        assert model.p.direct.min_bytes >= 0
+        return graph
+
+    monkeypatch.setattr(plugins, "load_protocol", lambda name: {"a": by_the_rule, "b": also_directly}[name])
+    _, a = transform_tracked("g", "a", hw)
+    _, b = transform_tracked("g", "b", hw)
+    assert {"direct.h2d", "direct.d2h", "direct.min_bytes", "pcie.latency_ns"} <= a and a == b
+    assert a.by_rule == {"direct.h2d", "direct.d2h", "direct.min_bytes"}
+    assert b.by_rule == {"direct.h2d", "direct.d2h"}
+    method, args, kwargs, answer = a.calls[0]
+    assert method == "direct_eligible" and len(a.calls) == 1 and answer.dtype == bool and answer.size == 2
+    assert "direct_eligible" not in hw.__dict__  # (the model's own method again)
+
+
+@pytest.mark.parametrize("which", ["llama_infer.parquet", "resnet.parquet", "serving.parquet", "random"])
+def test_rule_answers_that_agree_mean_the_same_graph(tmp_path, which):
+    """Wherever the recorded rule calls get the preset's answers at another `direct` setting, the
+    full transform there builds the preset's graph (same schedule inputs)."""
+    from replay.pipeline.ranges import same_rule_answers, same_schedule_inputs, transform_tracked
+    from replay.plugins import load_protocol
+
+    graph = _graph_of(tmp_path, which)
+    cls = _h100()
+    agreed = differed = 0
+    for protocol in ("baseline", "fastrack"):
+        g0, reads = transform_tracked(graph, protocol, cls.from_preset())
+        assert reads.by_rule >= {"direct.min_bytes"}
+        for setting in ("direct.min_bytes=0", "direct.min_bytes=4096", "direct.min_bytes=1048576",
+                        "direct.min_bytes=1099511627776", "direct.h2d=none", "direct.d2h=all"):
+            hw = cls.from_preset(None, [setting])
+            same = same_rule_answers(reads, hw)
+            agreed += same
+            differed += not same
+            assert same_schedule_inputs(load_protocol(protocol)(graph, hw), g0) or not same, (which, protocol, setting)
+    assert (differed if which == "random" else agreed)  # (the random trace's copies cross every threshold)
+
+
+def test_a_study_compares_rule_answers_instead_of_transforming(tmp_path, monkeypatch):
+    import replay.plugins as plugins
+    from replay.pipeline.ranges import RangeStudy
+
+    graph = _graph_of(tmp_path, "llama_infer.parquet")  # no copy crosses direct.min_bytes' ends
+    counted = {"n": 0}
+    real = plugins.load_protocol
+
+    def counting(name):
+        transform = real(name)
+
+        def call(g, hw):
+            counted["n"] += 1
+            return transform(g, hw)
+        return call
+
+    monkeypatch.setattr(plugins, "load_protocol", counting)
+    runs = {}
+    for rule in (True, False):
+        study = RangeStudy(graph, jobs=1)
+        if not rule:
+            study._same_rules = lambda side, moved, hw: False
+        counted["n"] = 0
+        runs[rule] = (study.protocol_range("baseline"), counted["n"])
+    (with_rule, n_with), (without, n_without) = runs[True], runs[False]
+    assert with_rule == without  # (counts included: both points are unchanged either way)
+    assert n_with == n_without - 2  # direct.min_bytes' two ends, not transformed
+    row = next(r for r in with_rule["ranges"]["parameters"] if r["parameter"] == "direct.min_bytes")
+    assert row["makespan_ns"] == [with_rule["ranges"]["makespan_ns"]] * 2

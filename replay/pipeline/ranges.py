@@ -32,7 +32,11 @@ where they cannot change the result:
 * a point's graph (re-priced or transformed) with the preset's nodes, edges and prices whose
   lanes are resized only where no node of the preset's schedule waited for a server (:func:`replay.pipeline.engine.resize_keeps_schedule`:
   a second secure channel on a trace whose one channel never delayed a copy, a pool maximum above
-  the size the pool grew to): the engine's rule gives it the preset's schedule.
+  the size the pool grew to): the engine's rule gives it the preset's schedule;
+* a point that moves only parameters the preset's transform read inside the model's rule
+  methods (``rule_methods``, e.g. ``direct_eligible``), where those methods answer every call the
+  preset's transform made as they did then (:class:`Reads`): the transform reads nothing else
+  that changed, so it would build the preset's graph; it is not transformed.
 
 The points of each phase (the one-at-a-time ends, the corners, the ends scheduled exactly) are
 evaluated on up to ``jobs`` threads within :data:`PARALLEL_MEMORY_BYTES`, and recorded in the
@@ -122,57 +126,119 @@ def ranged_parameters(hw) -> list[Ranged]:
 # which parameters a transform reads
 
 
+class Reads(frozenset):
+    """The parameters (``section.key``) a transform read. ``by_rule``: those it read only inside the
+    model's rule methods (:attr:`replay.model.HardwareModel.rule_methods`), and ``calls``: every
+    call of those it made, ``(method, args, kwargs, answer)``, so that a point moving only
+    ``by_rule`` parameters can be told apart from the preset by the rules' answers alone."""
+
+    by_rule: frozenset
+    calls: tuple
+
+    def __new__(cls, names=(), by_rule=(), calls=()):
+        out = super().__new__(cls, names)
+        out.by_rule, out.calls = frozenset(by_rule), tuple(calls)
+        return out
+
+
 class _TrackedSection:
-    """A parameter section that records the keys read from it (``section.key``)."""
+    """A parameter section that records the keys read from it (``section.key``) into the set its
+    sink holds at the time (a one-element list: the set changes inside a rule method)."""
 
-    __slots__ = ("_obj", "_table", "_reads")
+    __slots__ = ("_obj", "_table", "_sink")
 
-    def __init__(self, obj: Any, table: str, reads: set[str]):
+    def __init__(self, obj: Any, table: str, sink: list):
         object.__setattr__(self, "_obj", obj)
         object.__setattr__(self, "_table", table)
-        object.__setattr__(self, "_reads", reads)
+        object.__setattr__(self, "_sink", sink)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._obj, name)
         if not name.startswith("_"):
-            self._reads.add(f"{self._table}.{name}")
+            self._sink[0].add(f"{self._table}.{name}")
         return value
 
 
 class _TrackedRoot:
     """The model's ``p``: each section comes back tracked (an absent optional section stays None)."""
 
-    __slots__ = ("_obj", "_reads")
+    __slots__ = ("_obj", "_sink")
 
-    def __init__(self, obj: Any, reads: set[str]):
+    def __init__(self, obj: Any, sink: list):
         object.__setattr__(self, "_obj", obj)
-        object.__setattr__(self, "_reads", reads)
+        object.__setattr__(self, "_sink", sink)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._obj, name)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return _TrackedSection(value, name, self._reads)
+            return _TrackedSection(value, name, self._sink)
         return value
 
 
-def transform_tracked(graph: OpGraph, protocol: str, hw) -> tuple[OpGraph, set[str] | None]:
+def _frozen(x: Any) -> Any:
+    """A copy of a rule call's argument or answer that later edits of the original cannot change."""
+    return np.array(x, copy=True) if isinstance(x, np.ndarray) else x
+
+
+def transform_tracked(graph: OpGraph, protocol: str, hw) -> tuple[OpGraph, Reads | None]:
     """``protocol(graph, hw)`` and the parameters (``section.key``) it read, or None when they could
     not be recorded (a model that reads its parameters other than by attribute: then every parameter
-    counts as read, and the transform is run again untracked)."""
+    counts as read, and the transform is run again untracked). The reads made inside the model's
+    rule methods are recorded apart, with the calls (:class:`Reads`)."""
     from replay.plugins import load_protocol
 
     transform = load_protocol(protocol)
-    reads: set[str] = set()
+    outside: set[str] = set()
+    inside: set[str] = set()
+    calls: list = []
+    sink = [outside]
+
+    def tracked(method: str):
+        bound = getattr(hw, method)
+
+        def call(*args, **kwargs):
+            held, mine = sink[0], set()
+            sink[0] = mine
+            try:
+                answer = bound(*args, **kwargs)
+            finally:
+                sink[0] = held
+            inside.update(mine)
+            calls.append((method, tuple(_frozen(a) for a in args), {k: _frozen(v) for k, v in kwargs.items()},
+                          _frozen(answer)))
+            return answer
+        return call
+
+    rules = tuple(getattr(hw, "rule_methods", ()))
     plain = hw.p
-    hw.p = _TrackedRoot(plain, reads)
+    hw.p = _TrackedRoot(plain, sink)
+    for method in rules:
+        setattr(hw, method, tracked(method))  # (an instance attribute: the class's method is untouched)
     try:
         out = transform(graph, hw)
     except Exception:  # the proxy is not the dataclass (asdict, replace, isinstance): run it plainly
         hw.p = plain
+        for method in rules:
+            del hw.__dict__[method]
         return transform(graph, hw), None
     finally:
         hw.p = plain
-    return out, reads
+        for method in rules:
+            hw.__dict__.pop(method, None)
+    return out, Reads(outside | inside, inside - outside, calls)
+
+
+def same_rule_answers(reads: Reads, hw) -> bool:
+    """Whether model ``hw`` answers every rule call ``reads`` recorded as the recorded model did."""
+    for method, args, kwargs, answer in reads.calls:
+        got = getattr(hw, method)(*args, **kwargs)
+        if isinstance(answer, np.ndarray):
+            got = np.asarray(got)
+            if got.shape != answer.shape or not np.array_equal(got, answer):
+                return False
+        elif got != answer:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,7 +329,7 @@ class _Side:
 
     protocol: str
     base_graph: OpGraph
-    reads: set[str] | None  # None: unknown (every parameter counts as read)
+    reads: Reads | None  # None: unknown (every parameter counts as read)
     makespan: dict[tuple, int] = field(default_factory=dict)
     replayed: int = 0  # points scheduled (re-priced or re-transformed)
     transformed_only: int = 0  # points whose graph equalled the preset's (not scheduled)
@@ -322,7 +388,7 @@ class RangeStudy:
         :meth:`protocol_range` and then released. A replay without recorded reads is ignored."""
         if protocol == CAPTURED or getattr(rep, "reads", None) is None:
             return
-        side = _Side(protocol, rep.graph, set(rep.reads), hw=self._cls.from_preset(self.preset, self.overrides))
+        side = _Side(protocol, rep.graph, rep.reads, hw=self._cls.from_preset(self.preset, self.overrides))
         _keep_placement(side, rep.schedule)
         side.makespan[()] = makespan_of(rep.graph, rep.schedule)
         if protocol == NONE:
@@ -394,6 +460,8 @@ class RangeStudy:
                 return _Outcome(side.makespan[()], repriced=True, unchanged=True)
             times = self._retimed(side, g) if not self.exact else None
             return _Outcome(makespan_of(g, times), repriced=True, estimated=times is not None)
+        if moved and self._same_rules(side, moved, hw):
+            return _Outcome(side.makespan[()], unchanged=True)
         with heavy if heavy is not None else contextlib.nullcontext():
             g = load_protocol(side.protocol)(self._graph, hw)
             if same_schedule_inputs(g, side.base_graph, sizes=False) and (
@@ -475,6 +543,16 @@ class RangeStudy:
         g.validate()
         out = retime(g, order, servers)
         return None if out is None else _Times(*out)
+
+    @staticmethod
+    def _same_rules(side: _Side, moved: Mapping[str, Any], hw) -> bool:
+        """Whether the transform at ``hw`` builds the preset's graph because every moved parameter
+        was read only inside the model's rule methods and those answer the preset transform's calls
+        as they did (a copy-size threshold no copy crosses): a transform is a deterministic
+        function of the graph and of what it reads."""
+        reads = side.reads
+        by_rule = getattr(reads, "by_rule", frozenset())
+        return bool(by_rule) and set(moved) <= by_rule and same_rule_answers(reads, hw)
 
     def _placement(self, side: _Side) -> tuple[np.ndarray, np.ndarray]:
         """The placement order and final lane sizes of the side's preset schedule, scheduled here
@@ -690,4 +768,4 @@ def range_line(protocol: str, d: Mapping[str, Any], makespan_ns: int | None = No
 
 
 __all__ = ["RANGES_DEFAULT", "Ranged", "RangeStudy", "ranged_parameters", "range_line", "transform_tracked",
-           "makespan_of", "same_schedule_inputs"]
+           "makespan_of", "same_schedule_inputs", "Reads", "same_rule_answers"]
