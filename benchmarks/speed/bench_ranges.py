@@ -3,10 +3,13 @@
 (a script, not a test; docs/performance.md "Prediction ranges").
 
     python benchmarks/speed/bench_ranges.py [--ops 1000000] [--protocol baseline] [--seed 0] [--range-jobs 1,2]
+                                            [--trace PATH]
 
 0. Byte-compiles the project's packages first (``--no-compile`` skips it), as bench_replay.py does.
 1. Generates ``tracegen synth random --ops N --seed S`` into ``benchmarks/out/`` unless it is there
-   (the trace bench_replay.py uses).
+   (the trace bench_replay.py uses), or with ``--trace PATH`` measures that trace instead (a
+   shipped one, say: the synthetic trace is the worst case, every ranged parameter moving it and
+   its copies crossing every size threshold).
 2. Runs ``python -m replay.frontend.cli --protocol P TRACE --json`` (a single replay: the protocol
    and its ``none`` reference) and the same with ``--ranges`` as whole processes, one after the
    other, and prints the CPU time (user + system, ``os.wait4``: exact per child) and peak memory
@@ -75,6 +78,8 @@ def main() -> None:
     ap.add_argument("--protocol", default="baseline")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-compile", action="store_true", help="do not byte-compile the project's packages first")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="measure this trace instead of the synthetic one (e.g. traces/serving_offload.parquet)")
     ap.add_argument("--range-jobs", default=None,
                     help="comma-separated --range-jobs values, one --ranges run each (default: 1 and the CPUs)")
     args = ap.parse_args()
@@ -83,10 +88,13 @@ def main() -> None:
     jobs = [int(j) for j in args.range_jobs.split(",")] if args.range_jobs else sorted({1, default_jobs()})
     if not args.no_compile:
         byte_compile()
-    trace = ensure_trace(args.ops, args.seed)
+    if args.trace is not None and not args.trace.is_file():
+        sys.exit(f"{args.trace}: not a file")
+    trace = args.trace.resolve() if args.trace is not None else ensure_trace(args.ops, args.seed)
     base = [sys.executable, "-m", "replay.frontend.cli", "--protocol", args.protocol, str(trace), "--json"]
     single = measured(base)
-    print(f"trace {trace.name} ({args.ops:,} ops), protocol {args.protocol}, 1-minute load {os.getloadavg()[0]:.1f}, "
+    size = f"{single['out']['ops']:,} ops"
+    print(f"trace {trace.name} ({size}), protocol {args.protocol}, 1-minute load {os.getloadavg()[0]:.1f}, "
           f"{default_jobs()} CPUs")
     print(f"single replay             CPU {single['cpu_s']:7.2f} s  wall {single['wall_s']:7.2f} s  "
           f"peak {single['peak_mib']:,.0f} MiB")
