@@ -801,3 +801,26 @@ def test_a_study_compares_rule_answers_instead_of_transforming(tmp_path, monkeyp
     assert n_with == n_without - 2  # direct.min_bytes' two ends, not transformed
     row = next(r for r in with_rule["ranges"]["parameters"] if r["parameter"] == "direct.min_bytes")
     assert row["makespan_ns"] == [with_rule["ranges"]["makespan_ns"]] * 2
+
+
+def test_a_point_whose_rules_answer_alike_is_repriced_like_its_prices_alone(tmp_path):
+    """A corner that moves a direct threshold no copy crosses and some prices is re-priced from the
+    preset's graph, and that graph has the full transform's schedule inputs and makespan."""
+    from replay.pipeline.ranges import RangeStudy, makespan_of, same_schedule_inputs
+    from replay.plugins import load_protocol
+
+    graph = _graph_of(tmp_path, "llama_infer.parquet")
+    study = RangeStudy(graph, reference=False, jobs=1, exact=True)
+    side = study._side("baseline")
+    for values in ({"direct.min_bytes": 1048576, "cpu_crypto.core_gb_s": 20.9},
+                   {"direct.min_bytes": 4096, "pcie.h2d_bandwidth_gb_s": 40.0, "submit.kernel_ns": 10000}):
+        hw = study._model_at(values)
+        out = study._evaluate(side, values)
+        assert out.repriced and not out.unchanged
+        full = load_protocol("baseline")(study._graph, hw)
+        assert same_schedule_inputs(study._repricer(side).at(hw), full)
+        assert out.makespan == makespan_of(full)
+    # a threshold some copy crosses (all copies qualify at 0 bytes under `h2d = all`) is re-transformed
+    crossing = {"direct.min_bytes": 0, "direct.h2d": "all", "cpu_crypto.core_gb_s": 20.9}
+    assert not study._same_rules(side, {"direct.min_bytes", "direct.h2d"}, study._model_at(crossing))
+    assert not study._evaluate(side, crossing).repriced

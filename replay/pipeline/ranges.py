@@ -450,8 +450,14 @@ class RangeStudy:
         from replay.plugins import load_protocol
 
         hw = self._model_at(moved)
+        # the moved parameters that may change structure, less those the rules' answers rule out
+        structural = set(moved) - self._repriced
+        if structural and self._same_rules(side, structural, hw):
+            if structural == set(moved):  # (nothing else moved: the preset's graph itself)
+                return _Outcome(side.makespan[()], unchanged=True)
+            structural = set()
         g = None
-        if moved and set(moved) <= self._repriced:  # prices only: re-price the preset's graph
+        if moved and not structural:  # prices only: re-price the preset's graph
             rp = self._repricer(side)
             g = rp.at(hw) if rp is not None else None
         if g is not None:
@@ -460,8 +466,6 @@ class RangeStudy:
                 return _Outcome(side.makespan[()], repriced=True, unchanged=True)
             times = self._retimed(side, g) if not self.exact else None
             return _Outcome(makespan_of(g, times), repriced=True, estimated=times is not None)
-        if moved and self._same_rules(side, moved, hw):
-            return _Outcome(side.makespan[()], unchanged=True)
         with heavy if heavy is not None else contextlib.nullcontext():
             g = load_protocol(side.protocol)(self._graph, hw)
             if same_schedule_inputs(g, side.base_graph, sizes=False) and (
@@ -545,14 +549,15 @@ class RangeStudy:
         return None if out is None else _Times(*out)
 
     @staticmethod
-    def _same_rules(side: _Side, moved: Mapping[str, Any], hw) -> bool:
-        """Whether the transform at ``hw`` builds the preset's graph because every moved parameter
-        was read only inside the model's rule methods and those answer the preset transform's calls
-        as they did (a copy-size threshold no copy crosses): a transform is a deterministic
-        function of the graph and of what it reads."""
+    def _same_rules(side: _Side, names, hw) -> bool:
+        """Whether parameters ``names`` leave the transform's structure as at the preset: each was
+        read only inside the model's rule methods, and at ``hw`` those answer every call of the
+        preset's transform as they did (a copy-size threshold no copy crosses). A transform is a
+        deterministic function of the graph and of what it reads, so with only these moved it
+        builds the preset's graph, and with price-only parameters moved too the re-priced one."""
         reads = side.reads
         by_rule = getattr(reads, "by_rule", frozenset())
-        return bool(by_rule) and set(moved) <= by_rule and same_rule_answers(reads, hw)
+        return bool(by_rule) and set(names) <= by_rule and same_rule_answers(reads, hw)
 
     def _placement(self, side: _Side) -> tuple[np.ndarray, np.ndarray]:
         """The placement order and final lane sizes of the side's preset schedule, scheduled here
