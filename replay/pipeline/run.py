@@ -29,7 +29,7 @@ class Replay:
     result: ReplayResult
     graph: OpGraph
     schedule: Schedule
-    reads: set[str] | None = None  # the parameters the transform read, when recorded (prepare's track_reads)
+    reads: frozenset[str] | None = None  # the parameters the transform read, when recorded (prepare's track_reads)
 
 
 def replay_graph(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
@@ -53,7 +53,7 @@ class Prepared:
     scales: dict
     calibration: object | None
     options_given: bool = False  # --model/--preset/--set given (checked under `captured`, not applied)
-    reads: set[str] | None = None  # the parameters the transform read (track_reads), else None
+    reads: frozenset[str] | None = None  # the parameters the transform read (track_reads: ranges.Reads), else None
 
 
 def prepare(graph: OpGraph, protocol: str = CAPTURED, model: str = DEFAULT_MODEL, preset: str | None = None,
