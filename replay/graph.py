@@ -349,6 +349,17 @@ class OpGraph:
             used[self.hold_lane[self.hold_lane >= 0]] = True
         return used
 
+    def same_used_sizes(self, other: "OpGraph", used: np.ndarray | None = None) -> bool:
+        """Whether ``other``, a graph with the same lanes, has this graph's lane sizes (servers and
+        maximum servers) wherever a node runs on a lane or holds one of its servers (``used``: this
+        graph's :meth:`used_lanes`, when the caller has it)."""
+        a, b = self.lanes, other.lanes
+        if a is b:
+            return True
+        used = self.used_lanes() if used is None else used
+        differ = (a.servers != b.servers) | (a.max_servers != b.max_servers)
+        return not np.any(differ & used)
+
     def node_label(self, i: int) -> str:
         """A node for a message: its op id, kind and rank, never its name (names come from the
         trace, and traces carry secrets: docs/robustness.md)."""

@@ -488,7 +488,7 @@ def test_a_resize_the_rule_keeps_keeps_the_schedule(g, no_negative_lags, more, t
     k = len(g.lanes)
     servers = np.maximum(1, g.lanes.servers[:5] + np.asarray(more[:k]))
     max_servers = g.lanes.max_servers[:5] + np.asarray(top[:k])
-    if not engine.resize_keeps_schedule(g, engine.lane_slack(g, s), servers, np.maximum(max_servers, servers)):
+    if not engine.resize_keeps_schedule(g.lanes, engine.lane_slack(g, s), servers, np.maximum(max_servers, servers)):
         return
     g2 = _resized(g, servers, max_servers)
     s2 = twins.agree("engine", lambda: engine.schedule(g2))
@@ -510,13 +510,13 @@ def test_a_second_channel_changes_nothing_where_the_first_was_never_busy():
     slack = engine.lane_slack(g, s)
     assert not slack.bound[1] and not slack.waited[2] and slack.final[2] == 1 and slack.monotone
     more = np.asarray([1, 2, 1]), np.asarray([1, 2, 4])
-    assert engine.resize_keeps_schedule(g, slack, *more)
+    assert engine.resize_keeps_schedule(g.lanes, slack, *more)
     assert np.array_equal(engine.schedule(_resized(g, *more)).start, s.start)
     # the pool may start larger or stop growing at 1 (its size never passed 1), not stop below it
-    assert engine.resize_keeps_schedule(g, slack, [1, 1, 3], [1, 1, 3])
-    assert engine.resize_keeps_schedule(g, slack, [1, 1, 1], [1, 1, 1])
+    assert engine.resize_keeps_schedule(g.lanes, slack, [1, 1, 3], [1, 1, 3])
+    assert engine.resize_keeps_schedule(g.lanes, slack, [1, 1, 1], [1, 1, 1])
     # fewer servers on the channel lane, or an in-order lane resized: not decided by the rule
-    assert not engine.resize_keeps_schedule(g, slack, [2, 1, 1], [2, 1, 4])
+    assert not engine.resize_keeps_schedule(g.lanes, slack, [2, 1, 1], [2, 1, 4])
 
 
 def test_a_second_channel_is_scheduled_where_the_first_was_busy():
@@ -526,7 +526,7 @@ def test_a_second_channel_is_scheduled_where_the_first_was_busy():
     slack = engine.lane_slack(g, s)
     assert slack.bound[1]
     more = np.asarray([1, 2, 1]), np.asarray([1, 2, 4])
-    assert not engine.resize_keeps_schedule(g, slack, *more)
+    assert not engine.resize_keeps_schedule(g.lanes, slack, *more)
     assert engine.schedule(_resized(g, *more)).start.tolist()[:3] == [0, 5, 5]  # (and it would have changed)
 
 
@@ -539,10 +539,10 @@ def test_a_pool_that_made_a_holder_wait_is_not_resized_by_the_rule():
     assert s.start.tolist() == [0, 5, 15] and s.slot_wait.tolist() == [0, 0, 10]
     slack = engine.lane_slack(g, s)
     assert slack.waited[3]
-    assert not engine.resize_keeps_schedule(g, slack, [1, 1, 1, 2], [1, 1, 1, 2])
+    assert not engine.resize_keeps_schedule(g.lanes, slack, [1, 1, 1, 2], [1, 1, 1, 2])
     # a negative lag anywhere: the pass may pop out of time order, so no pool is resized by the rule
     neg = graph([5, 10, 10], deps=[(0, 1, DepKind.STREAM, -2), (0, 2, F, 20)], lanes=[0, 1, 2],
                 types=[LaneType.HOST_THREAD, SHARED, SHARED, POOL], servers=[1, 1, 1, 1],
                 max_servers=[1, 1, 1, 4], holds=[(1, 1, 3)], order=[0, 1, 2])
     assert not engine.lane_slack(neg, engine.schedule(neg)).monotone
-    assert not engine.resize_keeps_schedule(neg, engine.lane_slack(neg, engine.schedule(neg)), [1, 1, 1, 2], [1, 1, 1, 4])
+    assert not engine.resize_keeps_schedule(neg.lanes, engine.lane_slack(neg, engine.schedule(neg)), [1, 1, 1, 2], [1, 1, 1, 4])

@@ -299,23 +299,26 @@ class LaneSlack:
     waited: np.ndarray
     final: np.ndarray  # int64 per lane: its servers at the end (Schedule.lane_servers: a pool's grown size)
     monotone: bool  # no edge of the graph has a negative lag: the pass pops events in time order
+    runs: np.ndarray  # bool per lane: a node runs on it
+    holds: np.ndarray  # bool per lane: a node holds one of its servers (a pool)
 
 
 def lane_slack(graph: OpGraph, sched: Schedule) -> LaneSlack:
     """The lanes' slack in ``sched``, a schedule of ``graph`` (a few values per lane)."""
     nl = len(graph.lanes)
-    on = graph.lane >= 0
-    bound = np.bincount(graph.lane[on & (sched.bound_by == BOUND_LANE)], minlength=nl) > 0
-    holds = graph.hold_lane >= 0
-    late = (sched.slot_wait > 0) | (sched.bound_by == BOUND_LANE)
-    waited = np.bincount(graph.hold_lane[holds & late], minlength=nl) > 0
+    on, holder = graph.lane >= 0, graph.hold_lane >= 0
+    lane_bound = sched.bound_by == BOUND_LANE
+    bound = np.bincount(graph.lane[on & lane_bound], minlength=nl) > 0
+    waited = np.bincount(graph.hold_lane[holder & ((sched.slot_wait > 0) | lane_bound)], minlength=nl) > 0
     return LaneSlack(bound=bound, waited=waited, final=np.asarray(sched.lane_servers, np.int64).copy(),
-                     monotone=not bool(graph.dep_lag.size and graph.dep_lag.min() < 0))
+                     monotone=not bool(graph.dep_lag.size and graph.dep_lag.min() < 0),
+                     runs=np.bincount(graph.lane[on], minlength=nl) > 0,
+                     holds=np.bincount(graph.hold_lane[holder], minlength=nl) > 0)
 
 
-def resize_keeps_schedule(graph: OpGraph, slack: LaneSlack, servers: np.ndarray, max_servers: np.ndarray) -> bool:
-    """Whether ``graph`` with its lanes' servers and maximum servers set to ``servers`` and
-    ``max_servers`` (per lane) starts and finishes every node as the schedule ``slack`` came from
+def resize_keeps_schedule(lanes, slack: LaneSlack, servers: np.ndarray, max_servers: np.ndarray) -> bool:
+    """Whether the graph whose lanes are ``lanes``, with their servers and maximum servers set to
+    ``servers`` and ``max_servers`` (per lane), starts and finishes every node as the schedule ``slack`` came from
     (:func:`lane_slack`): True only where the scheduling rule makes it certain, lane by lane for
     every lane whose size changed and that a node uses:
 
@@ -335,14 +338,11 @@ def resize_keeps_schedule(graph: OpGraph, slack: LaneSlack, servers: np.ndarray,
     ``crit_pred`` through a lane and the lanes' final sizes may differ. tests/test_native_engine.py
     checks this rule against schedules of random graphs; a prediction range skips such points
     (replay/pipeline/ranges.py)."""
-    lanes = graph.lanes
     servers = np.asarray(servers, np.int64)
     max_servers = np.asarray(max_servers, np.int64)
     if servers.shape != lanes.servers.shape or max_servers.shape != lanes.max_servers.shape:
         return False
-    nl = len(lanes)
-    runs = np.bincount(graph.lane[graph.lane >= 0], minlength=nl) > 0
-    holds = np.bincount(graph.hold_lane[graph.hold_lane >= 0], minlength=nl) > 0
+    runs, holds = slack.runs, slack.holds
     changed = ((servers != lanes.servers) | (max_servers != lanes.max_servers)) & (runs | holds)
     for k in np.flatnonzero(changed):
         if runs[k] and holds[k]:

@@ -262,15 +262,7 @@ def same_schedule_inputs(a: OpGraph, b: OpGraph, sizes: bool = True) -> bool:
     skip = (0, 2)  # (lane servers and maximum servers: compared where a node uses the lane)
     if not all(x.shape == y.shape and np.array_equal(x, y) for k, (x, y) in enumerate(zip(xa, xb)) if k not in skip):
         return False
-    return not sizes or same_used_sizes(a, b)
-
-
-def same_used_sizes(a: OpGraph, b: OpGraph) -> bool:
-    """Whether graphs with the same nodes and lanes have the same lane sizes wherever a node runs on
-    a lane or holds one of its servers."""
-    used = a.used_lanes()
-    return bool(np.array_equal(a.lanes.servers[used], b.lanes.servers[used])
-                and np.array_equal(a.lanes.max_servers[used], b.lanes.max_servers[used]))
+    return not sizes or a.same_used_sizes(b)
 
 
 def makespan_of(graph: OpGraph, sched=None) -> int:
@@ -469,7 +461,7 @@ class RangeStudy:
         with heavy if heavy is not None else contextlib.nullcontext():
             g = load_protocol(side.protocol)(self._graph, hw)
             if same_schedule_inputs(g, side.base_graph, sizes=False) and (
-                    same_used_sizes(g, side.base_graph) or self._resize_keeps(side, g)):
+                    side.base_graph.same_used_sizes(g) or self._resize_keeps(side, g)):
                 return _Outcome(side.makespan[()], unchanged=True)
             return _Outcome(makespan_of(g))
 
@@ -570,14 +562,14 @@ class RangeStudy:
         return side.placement
 
     def _resize_keeps(self, side: _Side, g: OpGraph) -> bool:
-        """Whether re-priced graph ``g``, with the preset graph's prices but other lane sizes (a
-        channel count, a pool's maximum), has the preset's schedule because no lane it resizes
-        ever delayed a node there (:func:`replay.pipeline.engine.resize_keeps_schedule`): exact,
-        so the point is not evaluated."""
+        """Whether ``g`` (re-priced or re-transformed), with the preset graph's nodes, edges and
+        prices but other lane sizes (a channel count, a pool's maximum), has the preset's schedule
+        because no lane it resizes ever delayed a node there
+        (:func:`replay.pipeline.engine.resize_keeps_schedule`): exact, so the point is not evaluated."""
         from replay.pipeline.engine import resize_keeps_schedule
 
         self._placement(side)
-        return resize_keeps_schedule(side.base_graph, side.slack, g.lanes.servers, g.lanes.max_servers)
+        return resize_keeps_schedule(side.base_graph.lanes, side.slack, g.lanes.servers, g.lanes.max_servers)
 
     def _exact(self, wanted: Sequence[tuple[_Side, tuple]]) -> bool:
         """Schedule exactly the estimated points of ``wanted`` (``(side, key)``), up to ``jobs`` at a

@@ -331,19 +331,10 @@ class Repricer:
         """Whether re-priced graph ``g`` has the preset graph's durations and lags."""
         return np.array_equal(g.dur, self.g0.dur) and np.array_equal(g.dep_lag, self.g0.dep_lag)
 
-    def unchanged(self, g: OpGraph) -> bool:
-        """Whether re-priced graph ``g`` has the preset graph's schedule: the same durations and
-        lags, and lanes that differ only where no node runs or holds (an unused lane's size)."""
-        return self.same_prices(g) and self.same_used_lanes(g)
-
     def same_used_lanes(self, g: OpGraph) -> bool:
         """Whether re-priced graph ``g``'s lanes differ from the preset graph's only where no node
         runs or holds."""
-        a, b = g.lanes, self.g0.lanes
-        if a is b:
-            return True
-        differ = (a.servers != b.servers) | (a.max_servers != b.max_servers)
-        return not np.any(differ & self._used)
+        return self.g0.same_used_sizes(g, self._used)
 
     def at(self, hw) -> OpGraph | None:
         """The graph the transform would build under ``hw``, or None when this graph or this
