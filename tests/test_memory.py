@@ -68,3 +68,30 @@ def test_the_replay_releases_only_once_the_process_is_large(monkeypatch):
     assert memory.release_when_large() is False and calls == []
     monkeypatch.setattr(memory, "RELEASE_MIN_RESIDENT_BYTES", 0)
     assert memory.release_when_large() is True and calls == [1]
+
+
+def test_reusing_blocks_hold_the_release_until_the_outermost_ends(monkeypatch):
+    # inside reusing_freed_memory() (a range study's points) release_when_large gives nothing
+    # back; blocks nest, and the outermost one's end releases once
+    calls = []
+    monkeypatch.setattr(memory, "release_free_memory", lambda: calls.append(1))
+    monkeypatch.setattr(memory, "RELEASE_MIN_RESIDENT_BYTES", 0)
+    with memory.reusing_freed_memory():
+        assert memory.release_when_large() is False
+        with memory.reusing_freed_memory():
+            assert memory.release_when_large() is False
+        assert calls == []  # (the inner end is not the outermost)
+        assert memory.release_when_large() is False
+    assert calls == [1]
+    assert memory.release_when_large() is True and calls == [1, 1]
+
+
+def test_a_failing_block_still_ends_its_hold(monkeypatch):
+    calls = []
+    monkeypatch.setattr(memory, "release_free_memory", lambda: calls.append(1))
+    monkeypatch.setattr(memory, "RELEASE_MIN_RESIDENT_BYTES", 0)
+    with pytest.raises(RuntimeError):
+        with memory.reusing_freed_memory():
+            raise RuntimeError("point failed")
+    assert calls == [1] and memory._reusing == 0
+

@@ -824,3 +824,59 @@ def test_a_point_whose_rules_answer_alike_is_repriced_like_its_prices_alone(tmp_
     crossing = {"direct.min_bytes": 0, "direct.h2d": "all", "cpu_crypto.core_gb_s": 20.9}
     assert not study._same_rules(side, {"direct.min_bytes", "direct.h2d"}, study._model_at(crossing))
     assert not study._evaluate(side, crossing).repriced
+
+
+def test_a_one_job_study_holds_freed_memory_and_a_threaded_one_does_not(tmp_path, monkeypatch):
+    # one point at a time, the points' graphs reuse each other's freed pages
+    # (fastrack_core.memory.reusing_freed_memory); in threads each glibc arena would keep its own,
+    # raising the peak, so a threaded study does not hold them (docs/performance.md)
+    import replay.pipeline.ranges as R
+    from fastrack_core import memory
+
+    seen, real = [], R.RangeStudy._protocol_range
+
+    def spy(self, *a):
+        seen.append(memory._reusing)
+        return real(self, *a)
+
+    monkeypatch.setattr(R.RangeStudy, "_protocol_range", spy)
+    graph = _graph_of(tmp_path, "random")
+    one = R.RangeStudy(graph, jobs=1).protocol_range("baseline")
+    two = R.RangeStudy(graph, jobs=2).protocol_range("baseline")
+    assert seen == [1, 0] and memory._reusing == 0
+    assert one == two  # (never a different result)
+
+
+@pytest.mark.parametrize("which", ["random", "llama_infer.parquet", "serving_offload.parquet"])
+def test_points_of_one_structure_are_repriced_from_the_first_and_agree_with_transforms(tmp_path, monkeypatch, which):
+    # points whose structure parameters sit at the same values (the corners: all move
+    # direct.min_bytes one way) are one task: the first re-transformed, the others re-priced from
+    # its graph. Each such graph has the schedule inputs of the point's own transform, and the
+    # study's report is the one it gives with every such point re-transformed
+    import replay.pipeline.ranges as R
+    from replay.pipeline.reprice import Repricer
+    from replay.plugins import load_protocol
+
+    graph = _graph_of(tmp_path, which)
+    shared, real = [], R.RangeStudy._evaluate_like
+
+    def checked(self, side, moved, kept):
+        out = real(self, side, moved, kept)
+        hw = self._model_at(moved)
+        rp = Repricer(self._graph, kept[0], side.protocol, load_protocol(side.protocol), kept[1])
+        g = rp.at(hw) if rp.ok else None
+        if g is not None:
+            assert R.same_schedule_inputs(g, load_protocol(side.protocol)(self._graph, hw))
+            shared.append(dict(moved))
+        return out
+
+    monkeypatch.setattr(R.RangeStudy, "_evaluate_like", checked)
+    got = R.RangeStudy(graph, jobs=1).protocol_range("baseline")
+    monkeypatch.setattr(R.RangeStudy, "_evaluate_like", lambda self, side, moved, kept: self._evaluate(side, moved))
+    alone = R.RangeStudy(graph, jobs=1).protocol_range("baseline")
+    if which != "llama_infer.parquet":  # (its corners move different structure parameters)
+        assert shared, "the corners of this graph share their structure"
+    assert got["ranges"]["points_repriced"] == alone["ranges"]["points_repriced"] + len(shared)
+    for d in (got, alone):
+        del d["ranges"]["points_repriced"]
+    assert got == alone

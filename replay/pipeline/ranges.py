@@ -57,6 +57,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fastrack_core.errors import ConfigError
+from fastrack_core.memory import reusing_freed_memory
 from replay.graph import OpGraph
 from replay.names import CAPTURED, NONE
 from replay.plugins import DEFAULT_MODEL
@@ -284,7 +285,7 @@ class _Outcome:
     """One evaluated point of a side: its makespan and how it was found (:meth:`RangeStudy._record`)."""
 
     makespan: int
-    repriced: bool = False  # re-priced from the preset's graph (else re-transformed)
+    repriced: bool = False  # re-priced (from the preset's graph, or a point's of the same structure), not re-transformed
     unchanged: bool = False  # the same schedule inputs as the preset's graph: not scheduled
     estimated: bool = False  # re-timed in the preset's placement order, not scheduled
 
@@ -325,7 +326,7 @@ class _Side:
     makespan: dict[tuple, int] = field(default_factory=dict)
     replayed: int = 0  # points scheduled (re-priced or re-transformed)
     transformed_only: int = 0  # points whose graph equalled the preset's (not scheduled)
-    repriced: int = 0  # points whose graph was re-priced from base_graph, not re-transformed
+    repriced: int = 0  # points whose graph was re-priced (from base_graph or a sibling's: _evaluate_like)
     repricer: Any = None  # replay.pipeline.reprice.Repricer of base_graph, made on first use (False: none)
     hw: Any = None  # the model at the preset's values
     placement: Any = None  # (order, lane_servers) of base_graph's schedule, made on first use
@@ -434,20 +435,26 @@ class RangeStudy:
             self._record(side, key, self._evaluate(side, moved))
         return side.makespan[key]
 
-    def _evaluate(self, side: _Side, moved: Mapping[str, Any], heavy=None) -> _Outcome:
+    def _structural(self, side: _Side, moved: Mapping[str, Any], hw) -> set:
+        """The moved parameters that may change the side's structure, less those the rules'
+        answers rule out (:meth:`_same_rules`)."""
+        structural = set(moved) - self._repriced
+        if structural and self._same_rules(side, structural, hw):
+            return set()
+        return structural
+
+    def _evaluate(self, side: _Side, moved: Mapping[str, Any], heavy=None, keep: list | None = None) -> _Outcome:
         """The side's makespan at the moved values, and how it was found. Changes nothing shared
         (the side's lazily made re-pricer and placement are made under the study's lock), so points
         may be evaluated in threads (:meth:`_fill`); ``heavy``: a semaphore held while a point is
-        re-transformed and scheduled, which bounds how many such graphs exist at once."""
+        re-transformed and scheduled, which bounds how many such graphs exist at once; ``keep``: a
+        list that gains the re-transformed graph and its model (for :meth:`_evaluate_like`)."""
         from replay.plugins import load_protocol
 
         hw = self._model_at(moved)
-        # the moved parameters that may change structure, less those the rules' answers rule out
-        structural = set(moved) - self._repriced
-        if structural and self._same_rules(side, structural, hw):
-            if structural == set(moved):  # (nothing else moved: the preset's graph itself)
-                return _Outcome(side.makespan[()], unchanged=True)
-            structural = set()
+        structural = self._structural(side, moved, hw)
+        if moved and not structural and not set(moved) & self._repriced:
+            return _Outcome(side.makespan[()], unchanged=True)  # (the rules rule out every moved one)
         g = None
         if moved and not structural:  # prices only: re-price the preset's graph
             rp = self._repricer(side)
@@ -463,7 +470,28 @@ class RangeStudy:
             if same_schedule_inputs(g, side.base_graph, sizes=False) and (
                     side.base_graph.same_used_sizes(g) or self._resize_keeps(side, g)):
                 return _Outcome(side.makespan[()], unchanged=True)
-            return _Outcome(makespan_of(g))
+            m = makespan_of(g)
+            if keep is not None:
+                keep += [g, hw, m]
+            return _Outcome(m)
+
+    def _evaluate_like(self, side: _Side, moved: Mapping[str, Any], kept: list) -> _Outcome:
+        """A point whose structure parameters sit where those of a re-transformed point ``kept``
+        (``[graph, model, makespan]`` from :meth:`_evaluate`) sit: the transform would build that
+        point's nodes and edges, so its graph is re-priced from that one (a
+        :class:`~replay.pipeline.reprice.Repricer` of it, which refuses a graph whose prices it
+        does not reproduce) and scheduled, exactly; evaluated as any point where it cannot be."""
+        from replay.pipeline.reprice import Repricer
+        from replay.plugins import load_protocol
+
+        g1, hw1, m1 = kept
+        rp = Repricer(self._graph, g1, side.protocol, load_protocol(side.protocol), hw1)
+        g = rp.at(self._model_at(moved)) if rp.ok else None
+        if g is None:
+            return self._evaluate(side, moved)
+        if rp.same_prices(g) and rp.same_used_lanes(g):
+            return _Outcome(m1, repriced=True)
+        return _Outcome(makespan_of(g), repriced=True)
 
     @staticmethod
     def _record(side: _Side, key: tuple, out: _Outcome) -> None:
@@ -495,9 +523,37 @@ class RangeStudy:
             return
         light, heavy = self._slots([side for side, _, _ in todo])
         gate = threading.BoundedSemaphore(heavy)
-        results = self._threads(light, [(lambda sd=sd, mv=mv: self._evaluate(sd, mv, gate)) for sd, _, mv in todo])
-        for (side, key, _), out in zip(todo, results):
-            self._record(side, key, out)
+        # points whose structure parameters sit at the same values (the corners, which all move
+        # direct.min_bytes one way) are one task: the first is re-transformed, the others
+        # re-priced from its graph (_evaluate_like)
+        tasks, slots = [], {}
+        for i, (sd, _, mv) in enumerate(todo):
+            structural = self._structural(sd, mv, self._model_at(mv))
+            group = (id(sd), _key({k: mv[k] for k in structural})) if structural else None
+            if group is not None and group in slots:
+                tasks[slots[group]].append(i)
+            else:
+                slots[group if group is not None else ("single", i)] = len(tasks)
+                tasks.append([i])
+
+        def run(members: list[int]) -> list[_Outcome]:
+            if len(members) == 1:
+                sd, _, mv = todo[members[0]]
+                return [self._evaluate(sd, mv, gate)]
+            with gate:  # (the first point's graph is kept while the others are re-priced from it)
+                kept: list = []
+                sd, _, mv = todo[members[0]]
+                outs = [self._evaluate(sd, mv, keep=kept)]
+                for i in members[1:]:
+                    sd, _, mv = todo[i]
+                    outs.append(self._evaluate_like(sd, mv, kept) if kept else self._evaluate(sd, mv))
+                return outs
+
+        results: dict[int, _Outcome] = {}
+        for members, outs in zip(tasks, self._threads(light, [(lambda m=m: run(m)) for m in tasks])):
+            results.update(zip(members, outs))
+        for i, (side, key, _) in enumerate(todo):
+            self._record(side, key, results[i])
 
     def _slots(self, sides: Sequence[_Side]) -> tuple[int, int]:
         """How many points may be evaluated at once, and how many of them re-transformed at once:
@@ -598,11 +654,21 @@ class RangeStudy:
         ``slowdown_range``, ``range_driver`` and the details under ``ranges``).
         ``makespan_ns``/``reference_ns``/``base_graph``: the caller's own replay at the preset (its
         makespan, the ``none`` makespan, its transformed graph); each is recomputed when not given."""
-        from replay.pipeline.results import JSON_DIGITS, slowdown
 
         if protocol in (CAPTURED, NONE):
             return {"makespan_range_ns": None, "slowdown_range": None, "range_driver": None,
                     "ranges": {"note": NO_RANGE_NOTE.format(protocol=protocol)}}
+        # one point at a time, each point's graphs reuse the pages the last one freed
+        # (fastrack_core.memory); in threads they would not: glibc gives each thread its own arena,
+        # and pages kept in one are not reused by another, so keeping them raises the peak
+        # (docs/performance.md, "Prediction ranges")
+        with reusing_freed_memory() if self.jobs <= 1 else contextlib.nullcontext():
+            return self._protocol_range(protocol, makespan_ns, reference_ns, base_graph, base_schedule)
+
+    def _protocol_range(self, protocol: str, makespan_ns: int | None, reference_ns: int | None,
+                        base_graph: OpGraph | None, base_schedule) -> dict[str, Any]:
+        from replay.pipeline.results import JSON_DIGITS, slowdown
+
         side = self._adopted.pop(protocol, None) or self._side(protocol, base_graph, makespan_ns, base_schedule)
         ref = None
         if self.reference:
