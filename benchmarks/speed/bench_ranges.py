@@ -3,7 +3,7 @@
 (a script, not a test; docs/performance.md "Prediction ranges").
 
     python benchmarks/speed/bench_ranges.py [--ops 1000000] [--protocol baseline] [--seed 0] [--range-jobs 1,2]
-                                            [--trace PATH]
+                                            [--trace PATH] [--repeat 1]
 
 0. Byte-compiles the project's packages first (``--no-compile`` skips it), as bench_replay.py does.
 1. Generates ``tracegen synth random --ops N --seed S`` into ``benchmarks/out/`` unless it is there
@@ -19,6 +19,10 @@
    ``--ranges`` run per value, so the one-at-a-time study and the threaded one are measured in
    the same run. Each gets two ratios: of CPU time (the work; threads add some) and of wall time
    (what a user waits for). The reports must be identical; the script exits 1 if not.
+4. ``--repeat N``: the single replay and each ``--ranges`` run N times, interleaved (single, then
+   each jobs value, then again), each figure the median of its N runs (the runs' CPU times in
+   brackets) and each peak the largest. A single replay's CPU time on a shared machine varies by a
+   third between runs, so one run's ratio is known to about a point; medians of 3 narrow it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,6 +68,16 @@ def measured(cmd: list[str]) -> dict:
                 "out": json.loads(out_f.read())}
 
 
+def summary(runs: list[dict]) -> dict:
+    """Median CPU and wall time of ``runs`` (one measurement repeated), their largest peak, every
+    run's report, and the runs' CPU times as a suffix for the printed line (none for one run)."""
+    return {"cpu_s": statistics.median(r["cpu_s"] for r in runs),
+            "wall_s": statistics.median(r["wall_s"] for r in runs),
+            "peak_mib": max(r["peak_mib"] for r in runs), "out": runs[0]["out"],
+            "reports": [r["out"] for r in runs],
+            "each": "" if len(runs) == 1 else "  [CPU " + ", ".join(f"{r['cpu_s']:.2f}" for r in runs) + " s]"}
+
+
 def ensure_trace(ops: int, seed: int) -> Path:
     path = OUT / f"random-{ops}-s{seed}.parquet"
     if not path.exists():
@@ -82,7 +97,10 @@ def main() -> None:
                     help="measure this trace instead of the synthetic one (e.g. traces/serving_offload.parquet)")
     ap.add_argument("--range-jobs", default=None,
                     help="comma-separated --range-jobs values, one --ranges run each (default: 1 and the CPUs)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each measurement, interleaved; medians (1..20)")
     args = ap.parse_args()
+    if not 1 <= args.repeat <= 20:
+        sys.exit("--repeat: not an integer in 1..20")
     from replay.pipeline.ranges import default_jobs
 
     jobs = [int(j) for j in args.range_jobs.split(",")] if args.range_jobs else sorted({1, default_jobs()})
@@ -92,21 +110,25 @@ def main() -> None:
         sys.exit(f"{args.trace}: not a file")
     trace = args.trace.resolve() if args.trace is not None else ensure_trace(args.ops, args.seed)
     base = [sys.executable, "-m", "replay.frontend.cli", "--protocol", args.protocol, str(trace), "--json"]
-    single = measured(base)
+    cmds = [base] + [base + ["--ranges", "--range-jobs", str(j)] for j in jobs]
+    runs = [[] for _ in cmds]
+    for _ in range(args.repeat):
+        for k, cmd in enumerate(cmds):
+            runs[k].append(measured(cmd))
+    single, *ranged_runs = [summary(rs) for rs in runs]
     size = f"{single['out']['ops']:,} ops"
     print(f"trace {trace.name} ({size}), protocol {args.protocol}, 1-minute load {os.getloadavg()[0]:.1f}, "
-          f"{default_jobs()} CPUs")
+          f"{default_jobs()} CPUs" + (f", medians of {args.repeat} runs" if args.repeat > 1 else ""))
     print(f"single replay             CPU {single['cpu_s']:7.2f} s  wall {single['wall_s']:7.2f} s  "
-          f"peak {single['peak_mib']:,.0f} MiB")
+          f"peak {single['peak_mib']:,.0f} MiB{single['each']}")
     reports = []
-    for j in jobs:
-        ranged = measured(base + ["--ranges", "--range-jobs", str(j)])
-        reports.append(ranged["out"])
+    for j, ranged in zip(jobs, ranged_runs):
+        reports += ranged["reports"]
         ratio, wall = ranged["cpu_s"] / single["cpu_s"], ranged["wall_s"] / single["wall_s"]
         print(f"--ranges --range-jobs {j:<3} CPU {ranged['cpu_s']:7.2f} s  wall {ranged['wall_s']:7.2f} s  "
               f"peak {ranged['peak_mib']:,.0f} MiB  ratio CPU {ratio:.2f}x, wall {wall:.2f}x "
               f"(target <= {TARGET:g}x: CPU {'pass' if ratio <= TARGET else 'MISS'}, "
-              f"wall {'pass' if wall <= TARGET else 'MISS'})")
+              f"wall {'pass' if wall <= TARGET else 'MISS'}){ranged['each']}")
     if any(rep != reports[0] for rep in reports):
         sys.exit("the --range-jobs runs gave different reports")
     r = reports[0]
