@@ -476,6 +476,9 @@ def gen_cli(rng, corpus, i):
         argv = ["--protocol", rng.choice(PROTOCOLS), name, "--json"]
         for _ in range(rng.randint(1, 2)):
             argv += ["--set", f"{rng.choice(SET_KEYS)}={rng.choice(SET_VALUES)}"]
+        if rng.random() < 0.3:  # a range study over what is left: one point at a time or in threads
+            argv += ["--ranges", "--range-jobs", rng.choice(["1", "2"])]
+            return Case(i, "cli-set-ranges", "replay", argv, files)
         return Case(i, "cli-set", "replay", argv, files)
     if r < 0.6:
         argv = ["--protocol", rng.choice(PROTOCOLS), name, "--scale",
