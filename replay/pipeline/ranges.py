@@ -448,7 +448,8 @@ class RangeStudy:
         (the side's lazily made re-pricer and placement are made under the study's lock), so points
         may be evaluated in threads (:meth:`_fill`); ``heavy``: a semaphore held while a point is
         re-transformed and scheduled, which bounds how many such graphs exist at once; ``keep``: a
-        list that gains the re-transformed graph and its model (for :meth:`_evaluate_like`)."""
+        list that gains a re-transformed point's graph, model and makespan (for
+        :meth:`_evaluate_like`)."""
         from replay.plugins import load_protocol
 
         hw = self._model_at(moved)
@@ -654,14 +655,13 @@ class RangeStudy:
         ``slowdown_range``, ``range_driver`` and the details under ``ranges``).
         ``makespan_ns``/``reference_ns``/``base_graph``: the caller's own replay at the preset (its
         makespan, the ``none`` makespan, its transformed graph); each is recomputed when not given."""
-
         if protocol in (CAPTURED, NONE):
             return {"makespan_range_ns": None, "slowdown_range": None, "range_driver": None,
                     "ranges": {"note": NO_RANGE_NOTE.format(protocol=protocol)}}
         # one point at a time, each point's graphs reuse the pages the last one freed
         # (fastrack_core.memory); in threads they would not: glibc gives each thread its own arena,
         # and pages kept in one are not reused by another, so keeping them raises the peak
-        # (docs/performance.md, "Prediction ranges")
+        # (docs/model.md, "Prediction ranges")
         with reusing_freed_memory() if self.jobs <= 1 else contextlib.nullcontext():
             return self._protocol_range(protocol, makespan_ns, reference_ns, base_graph, base_schedule)
 
