@@ -854,17 +854,15 @@ def test_points_of_one_structure_are_repriced_from_the_first_and_agree_with_tran
     # its graph. Each such graph has the schedule inputs of the point's own transform, and the
     # study's report is the one it gives with every such point re-transformed
     import replay.pipeline.ranges as R
-    from replay.pipeline.reprice import Repricer
     from replay.plugins import load_protocol
 
     graph = _graph_of(tmp_path, which)
     shared, real = [], R.RangeStudy._evaluate_like
 
-    def checked(self, side, moved, kept):
-        out = real(self, side, moved, kept)
+    def checked(self, side, moved, rp, m1):
+        out = real(self, side, moved, rp, m1)
         hw = self._model_at(moved)
-        rp = Repricer(self._graph, kept[0], side.protocol, load_protocol(side.protocol), kept[1])
-        g = rp.at(hw) if rp.ok else None
+        g = rp.at(hw)
         if g is not None:
             assert R.same_schedule_inputs(g, load_protocol(side.protocol)(self._graph, hw))
             shared.append(dict(moved))
@@ -872,7 +870,7 @@ def test_points_of_one_structure_are_repriced_from_the_first_and_agree_with_tran
 
     monkeypatch.setattr(R.RangeStudy, "_evaluate_like", checked)
     got = R.RangeStudy(graph, jobs=1).protocol_range("baseline")
-    monkeypatch.setattr(R.RangeStudy, "_evaluate_like", lambda self, side, moved, kept: self._evaluate(side, moved))
+    monkeypatch.setattr(R.RangeStudy, "_evaluate_like", lambda self, side, moved, rp, m1: self._evaluate(side, moved))
     alone = R.RangeStudy(graph, jobs=1).protocol_range("baseline")
     if which != "llama_infer.parquet":  # (its corners move different structure parameters)
         assert shared, "the corners of this graph share their structure"

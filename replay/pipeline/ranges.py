@@ -476,18 +476,23 @@ class RangeStudy:
                 keep += [g, hw, m]
             return _Outcome(m)
 
-    def _evaluate_like(self, side: _Side, moved: Mapping[str, Any], kept: list) -> _Outcome:
-        """A point whose structure parameters sit where those of a re-transformed point ``kept``
-        (``[graph, model, makespan]`` from :meth:`_evaluate`) sit: the transform would build that
-        point's nodes and edges, so its graph is re-priced from that one (a
-        :class:`~replay.pipeline.reprice.Repricer` of it, which refuses a graph whose prices it
-        does not reproduce) and scheduled, exactly; evaluated as any point where it cannot be."""
+    def _sibling_repricer(self, side: _Side, kept: list):
+        """A :class:`~replay.pipeline.reprice.Repricer` of a re-transformed point's graph (``kept``:
+        ``[graph, model, makespan]`` from :meth:`_evaluate`), or None where it refuses that graph
+        (a graph whose prices it does not reproduce element by element)."""
         from replay.pipeline.reprice import Repricer
         from replay.plugins import load_protocol
 
-        g1, hw1, m1 = kept
+        g1, hw1, _ = kept
         rp = Repricer(self._graph, g1, side.protocol, load_protocol(side.protocol), hw1)
-        g = rp.at(self._model_at(moved)) if rp.ok else None
+        return rp if rp.ok else None
+
+    def _evaluate_like(self, side: _Side, moved: Mapping[str, Any], rp, m1: int) -> _Outcome:
+        """A point whose structure parameters sit where those of a re-transformed point sit (its
+        graph's re-pricer ``rp`` and makespan ``m1``): the transform would build that point's nodes
+        and edges, so its graph is re-priced from that one and scheduled, exactly; evaluated as any
+        point where it cannot be re-priced."""
+        g = rp.at(self._model_at(moved))
         if g is None:
             return self._evaluate(side, moved)
         if rp.same_prices(g) and rp.same_used_lanes(g):
@@ -545,9 +550,10 @@ class RangeStudy:
                 kept: list = []
                 sd, _, mv = todo[members[0]]
                 outs = [self._evaluate(sd, mv, keep=kept)]
+                rp = self._sibling_repricer(sd, kept) if kept else None  # (one per group)
                 for i in members[1:]:
                     sd, _, mv = todo[i]
-                    outs.append(self._evaluate_like(sd, mv, kept) if kept else self._evaluate(sd, mv))
+                    outs.append(self._evaluate_like(sd, mv, rp, kept[2]) if rp is not None else self._evaluate(sd, mv))
                 return outs
 
         results: dict[int, _Outcome] = {}
