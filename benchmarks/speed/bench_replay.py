@@ -62,8 +62,8 @@ def _env() -> dict[str, str]:
 
 
 def measured(cmd: list[str], timeout: float) -> dict:
-    """CPU seconds (user + sys), wall seconds, peak RSS bytes, exit status, stdout and stderr of one
-    child process, from ``os.wait4`` (exact for that child)."""
+    """CPU seconds (user + sys, and each part), wall seconds, peak RSS bytes, exit status, stdout and
+    stderr of one child process, from ``os.wait4`` (exact for that child)."""
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=_env(), cwd=ROOT)
@@ -83,8 +83,8 @@ def measured(cmd: list[str], timeout: float) -> dict:
         out_f.seek(0)
         err_f.seek(0)
         out, err = out_f.read().decode(errors="replace"), err_f.read().decode(errors="replace")
-    return {"rc": rc, "wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "peak": ru.ru_maxrss * 1024, "out": out,
-            "err": err}
+    return {"rc": rc, "wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "user": ru.ru_utime, "sys": ru.ru_stime,
+            "peak": ru.ru_maxrss * 1024, "out": out, "err": err}
 
 
 def best_of(cmd: list[str], repeat: int, timeout: float) -> dict:
@@ -163,36 +163,40 @@ def main(argv: list[str] | None = None) -> int:
         if read["rc"] != 0:
             print(f"bare read of {path} failed: {_last_line(read.get('err', '')) or read.get('why')}", file=sys.stderr)
             return 2
-        size = {"read": {"cpu_s": read["cpu"], "wall_s": read["wall"], "peak_bytes": read["peak"]}, "replay": {}}
-        rows.append([f"{ops:,}", "read", f"{read['cpu']:.2f}", f"{read['wall']:.2f}", "1.0x", "-",
-                     f"{read['peak'] / 2**20:.0f}", "-", ""])
+        size = {"read": {"cpu_s": read["cpu"], "user_s": read["user"], "sys_s": read["sys"], "wall_s": read["wall"],
+                         "peak_bytes": read["peak"]}, "replay": {}}
+        rows.append([f"{ops:,}", "read", f"{read['cpu']:.2f}", f"{read['sys']:.2f}", f"{read['wall']:.2f}", "1.0x",
+                     "1.0x", "-", f"{read['peak'] / 2**20:.0f}", "-", ""])
         for proto in protocols:
             r = best_of([sys.executable, "-m", "replay.frontend.cli", "--protocol", proto, str(path), "--json"], args.repeat,
                         args.timeout)
             if r["rc"] != 0:
                 why = r.get("why") or f"exit {r['rc']}: {_last_line(r['err'])}"
-                rows.append([f"{ops:,}", proto, "-", "-", "-", "-", "-", "-", f"unavailable ({why})"])
+                rows.append([f"{ops:,}", proto, "-", "-", "-", "-", "-", "-", "-", "-", f"unavailable ({why})"])
                 continue
             try:
                 makespan = json.loads(r["out"])["makespan_ns"]
             except (ValueError, KeyError, TypeError):
                 makespan = None
             ratio = r["cpu"] / read["cpu"]
+            user_ratio = r["user"] / read["user"] if read["user"] > 0 else float("nan")
             target = RATIO_TARGETS.get((ops, proto))
             peak_target = PEAK_TARGETS.get((ops, proto))
             verdicts = [_verdict(ratio, target)]
             if peak_target is not None:
                 verdicts.append(_verdict(r["peak"], peak_target) + " (peak)")
             missed |= any(v.startswith("MISS") for v in verdicts)
-            size["replay"][proto] = {"cpu_s": r["cpu"], "wall_s": r["wall"], "peak_bytes": r["peak"], "ratio": ratio,
+            size["replay"][proto] = {"cpu_s": r["cpu"], "user_s": r["user"], "sys_s": r["sys"], "wall_s": r["wall"],
+                                     "peak_bytes": r["peak"], "ratio": ratio, "user_ratio": user_ratio,
                                      "ratio_target": target, "peak_target_bytes": peak_target,
                                      "makespan_ns": makespan}
-            rows.append([f"{ops:,}", proto, f"{r['cpu']:.2f}", f"{r['wall']:.2f}", f"{ratio:.2f}x",
-                         f"<= {target:g}x" if target else "-", f"{r['peak'] / 2**20:.0f}",
+            rows.append([f"{ops:,}", proto, f"{r['cpu']:.2f}", f"{r['sys']:.2f}", f"{r['wall']:.2f}", f"{ratio:.2f}x",
+                         f"{user_ratio:.2f}x", f"<= {target:g}x" if target else "-", f"{r['peak'] / 2**20:.0f}",
                          f"<= {peak_target / 2**20:.0f}" if peak_target else "-", " ".join(verdicts)])
         figures["sizes"][ops] = size
 
-    header = ["ops", "process", "CPU s", "wall s", "ratio", "target", "peak MiB", "target", "verdict"]
+    header = ["ops", "process", "CPU s", "of it sys", "wall s", "ratio", "user ratio", "target", "peak MiB", "target",
+              "verdict"]
     print_table(header, rows)
 
     if len(sizes) >= 2:
@@ -213,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             mrows.append([name, f"{slope:.0f}", f"<= {target:g}" if target else "-", verdict])
         print_table(["process", "B/op", "target", "verdict"], mrows)
     print("\nratio = CPU time (user + sys) of the replay process / CPU time of a bare pq.read_table process on the "
-          "same file, both measured in this run; targets from docs/performance.md (sizes without a target: no verdict)")
+          "same file, both measured in this run; targets from docs/performance.md (sizes without a target: no verdict)."
+          "\nuser ratio = the same with user time only, shown without a verdict: system time is mostly the kernel "
+          "zeroing fresh pages, which on a VM swings between runs (docs/performance.md, \"Figures\")")
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     return 1 if (args.strict and missed) else 0
