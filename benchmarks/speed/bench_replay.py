@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             except (ValueError, KeyError, TypeError):
                 makespan = None
             ratio = r["cpu"] / read["cpu"]
-            user_ratio = r["user"] / read["user"] if read["user"] > 0 else float("nan")
+            user_ratio = r["user"] / read["user"] if read["user"] > 0 else None
             target = RATIO_TARGETS.get((ops, proto))
             peak_target = PEAK_TARGETS.get((ops, proto))
             verdicts = [_verdict(ratio, target)]
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "ratio_target": target, "peak_target_bytes": peak_target,
                                      "makespan_ns": makespan}
             rows.append([f"{ops:,}", proto, f"{r['cpu']:.2f}", f"{r['sys']:.2f}", f"{r['wall']:.2f}", f"{ratio:.2f}x",
-                         f"{user_ratio:.2f}x", f"<= {target:g}x" if target else "-", f"{r['peak'] / 2**20:.0f}",
+                         f"{user_ratio:.2f}x" if user_ratio is not None else "-", f"<= {target:g}x" if target else "-", f"{r['peak'] / 2**20:.0f}",
                          f"<= {peak_target / 2**20:.0f}" if peak_target else "-", " ".join(verdicts)])
         figures["sizes"][ops] = size
 
